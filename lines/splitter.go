@@ -1,0 +1,179 @@
+// Package lines turns a terminal byte stream into logical lines for scanning.
+//
+// A training job's output is not a clean sequence of lines: tqdm redraws its
+// bar with a bare '\r', a pseudo-terminal turns every '\n' into "\r\n", colour
+// codes sit inside words, and a progress bar can run for megabytes without a
+// newline. The Splitter cuts on '\n' and on a lone '\r', treats "\r\n" as one
+// break, strips ANSI escape sequences, bounds the length of a line, and keeps
+// the 1-based '\n' line number of every piece so that a verdict can point at a
+// line in the log file.
+//
+// The Splitter is for scanning only: the bytes shown to the user and written to
+// the log are never altered.
+package lines
+
+// DefaultMax is the longest line handed to a consumer; the rest of a longer
+// line is dropped (and the line is marked Truncated). OOM messages, even with
+// every optional clause, are well under 2 KiB.
+const DefaultMax = 64 << 10
+
+// Line is one logical line. Text is only valid during the callback: the
+// Splitter reuses its buffer.
+type Line struct {
+	Text      []byte // without its terminator, ANSI sequences removed
+	Num       int    // 1-based line number, counting '\n' in the stream
+	CR        bool   // ended by a lone '\r' (a redraw frame), not by '\n'
+	Truncated bool   // the line was longer than the limit
+	Partial   bool   // delivered by Flush, without a terminator
+}
+
+// Splitter is an io.Writer that calls Emit for each logical line. It is not
+// safe for concurrent use.
+type Splitter struct {
+	emit      func(Line)
+	max       int
+	buf       []byte
+	num       int
+	truncated bool
+	pendingCR bool // last byte seen was '\r': a following '\n' completes a CRLF
+	esc       escState
+}
+
+type escState uint8
+
+const (
+	escNone escState = iota
+	escStart
+	escCSI
+	escOSC
+	escOSCEsc
+)
+
+// New returns a Splitter that emits lines of at most max bytes (DefaultMax if
+// max <= 0).
+func New(max int, emit func(Line)) *Splitter {
+	if max <= 0 {
+		max = DefaultMax
+	}
+	return &Splitter{emit: emit, max: max, num: 1, buf: make([]byte, 0, 256)}
+}
+
+// Write splits p. It never fails and never retains p.
+func (s *Splitter) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); i++ {
+		if s.esc == escNone && !s.pendingCR {
+			// Fast path: copy a run of ordinary bytes at once.
+			j := i
+			for j < len(p) && !special[p[j]] {
+				j++
+			}
+			if j > i {
+				s.appendText(p[i:j])
+				i = j
+				if i == len(p) {
+					break
+				}
+			}
+		}
+		c := p[i]
+		if s.pendingCR {
+			s.pendingCR = false
+			if c == '\n' {
+				// "\r\n" is one line break (a pty's ONLCR output).
+				s.line(false)
+				s.num++
+				continue
+			}
+			s.line(true)
+		}
+		if s.esc != escNone {
+			if c == '\n' || c == '\r' {
+				// A line break always ends an escape sequence: a cut-off
+				// sequence must not swallow the line count.
+				s.esc = escNone
+			} else {
+				s.escape(c)
+				continue
+			}
+		}
+		switch c {
+		case '\n':
+			s.line(false)
+			s.num++
+		case '\r':
+			s.pendingCR = true
+		case 0x1b:
+			s.esc = escStart
+		default:
+			s.appendText(p[i : i+1])
+		}
+	}
+	return len(p), nil
+}
+
+// Flush delivers a pending partial line (one without a terminator), as at the
+// end of the stream. A pending '\r' ends its line as a frame.
+func (s *Splitter) Flush() {
+	if s.pendingCR {
+		s.pendingCR = false
+		s.line(true)
+	}
+	if len(s.buf) > 0 || s.truncated {
+		s.emit(Line{Text: s.buf, Num: s.num, Truncated: s.truncated, Partial: true})
+		s.buf = s.buf[:0]
+		s.truncated = false
+	}
+}
+
+// special marks the bytes that end a run of ordinary text.
+var special = [256]bool{'\n': true, '\r': true, 0x1b: true}
+
+func (s *Splitter) appendText(b []byte) {
+	room := s.max - len(s.buf)
+	if len(b) > room {
+		b = b[:room]
+		s.truncated = true
+	}
+	s.buf = append(s.buf, b...)
+}
+
+// escape advances the escape-sequence state machine by one byte.
+func (s *Splitter) escape(c byte) {
+	switch s.esc {
+	case escStart:
+		switch c {
+		case '[':
+			s.esc = escCSI
+		case ']':
+			s.esc = escOSC
+		default:
+			s.esc = escNone // two-byte sequence such as ESC 7, ESC M
+		}
+	case escCSI:
+		if c >= 0x40 && c <= 0x7e {
+			s.esc = escNone
+		}
+	case escOSC:
+		switch c {
+		case 0x07:
+			s.esc = escNone
+		case 0x1b:
+			s.esc = escOSCEsc
+		}
+	case escOSCEsc:
+		s.esc = escNone
+	}
+}
+
+// LineNum is the number of the line now being read (1-based).
+func (s *Splitter) LineNum() int { return s.num }
+
+func (s *Splitter) line(cr bool) {
+	// An empty frame between two '\r' carries nothing worth scanning.
+	if cr && len(s.buf) == 0 && !s.truncated {
+		return
+	}
+	s.emit(Line{Text: s.buf, Num: s.num, CR: cr, Truncated: s.truncated})
+	s.buf = s.buf[:0]
+	s.truncated = false
+}

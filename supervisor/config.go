@@ -1,0 +1,23 @@
+package supervisor
+
+import (
+	"io"
+	"os"
+	"time"
+)
+
+// Config is everything `gpuguard run` was asked to do.
+type Config struct {
+	Argv      []string      // the command, after "--"
+	PTY       string        // "auto" | "always" | "never"
+	RunDir    string        // explicit run directory; "" means .gpuguard/runs/<id>
+	NoEnv     bool          // do not inject allocator settings
+	Policy    string        // policy file path or preset name; "" means look for gpuguard.yaml
+	ResumeRun string        // continue the run kept in this directory
+	DryRun    bool          // print what the first attempt would get, start nothing
+	Grace     time.Duration // time between the polite signal and SIGKILL when stopping the job
+
+	Stdin  *os.File
+	Stdout *os.File
+	Stderr io.Writer
+}
