@@ -4,7 +4,10 @@
 // report; they never decide what to do about what they see.
 package probes
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // Kind is what a job died of. The string values are a contract: they appear
 // in `gpuguard explain --json`, in events.jsonl and in policy files.
@@ -111,3 +114,32 @@ const (
 	EventStep                         // a step (or epoch) number was printed
 	EventFailure                      // a failure line was seen (OOM or crash); more lines may refine it
 )
+
+// PhasePattern is an extra phase marker from a policy file: a line matching
+// Regexp starts Phase.
+type PhasePattern struct {
+	Phase  Phase
+	Regexp string
+}
+
+// CheckpointSpec says where a job writes its checkpoints and how to tell a
+// complete one from one still being written. The policy file fills it in; the
+// checkpoint watcher uses it.
+type CheckpointSpec struct {
+	// Globs, relative to the job's working directory, match checkpoint files
+	// or directories ("outputs/ckpt/step_*.pt", "out/checkpoint-*").
+	Globs []string
+	// Choose picks among complete checkpoints: "newest" (modification time,
+	// the default) or "highest_step" (the largest number in the name).
+	Choose string
+	// Marker, for directory checkpoints, names a file whose presence marks
+	// the directory complete (Hugging Face writes trainer_state.json last).
+	Marker string
+	// Quiet: a checkpoint without a marker, not seen renamed into place, is
+	// complete once its size and modification time have not changed for this
+	// long.
+	Quiet time.Duration
+	// Poll is the interval of the polling scan that backs up fsnotify (network
+	// file systems deliver no events).
+	Poll time.Duration
+}
