@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"strings"
+)
+
+// occurrence is one place in argv where a flag or key=value word sets a
+// value.
+type occurrence struct {
+	idx    int    // index of the word holding the value
+	prefix string // text before the value in that word ("--bs=", "+batch="), "" when the value is a word of its own
+	value  string
+	bare   bool // a flag given without a value
+}
+
+// findFlag returns every place argv sets one of the flags, as "--flag
+// VALUE" (two words) or "--flag=VALUE". argv[0], the program, is skipped.
+// A flag followed by another flag (a word starting with - that is not a
+// number), or ending the command, is a bare switch ("--fp16"): its value
+// reads as "true", and writing a value turns it into "--flag=VALUE".
+func findFlag(argv []string, flags []string) []occurrence {
+	var occ []occurrence
+	for i := 1; i < len(argv); i++ {
+		w := argv[i]
+		for _, f := range flags {
+			switch {
+			case w == f:
+				if i+1 >= len(argv) || isFlagWord(argv[i+1]) {
+					occ = append(occ, occurrence{idx: i, prefix: f + "=", value: "true", bare: true})
+					break
+				}
+				occ = append(occ, occurrence{idx: i + 1, value: argv[i+1]})
+				i++
+			case strings.HasPrefix(w, f+"="):
+				occ = append(occ, occurrence{idx: i, prefix: f + "=", value: w[len(f)+1:]})
+			default:
+				continue
+			}
+			break
+		}
+	}
+	return occ
+}
+
+// isFlagWord reports whether w looks like a flag rather than a value: it
+// starts with - and is not a negative number.
+func isFlagWord(w string) bool {
+	if len(w) < 2 || w[0] != '-' {
+		return false
+	}
+	_, ok := parseNumber(Value{Text: w})
+	return !ok
+}
+
+// findArg returns every key=VALUE word in argv, also in Hydra's +key=VALUE
+// and ++key=VALUE forms.
+func findArg(argv []string, key string) []occurrence {
+	var occ []occurrence
+	for i := 1; i < len(argv); i++ {
+		w := argv[i]
+		bare := strings.TrimPrefix(strings.TrimPrefix(w, "+"), "+")
+		if strings.HasPrefix(bare, key+"=") {
+			n := len(w) - len(bare) + len(key) + 1
+			occ = append(occ, occurrence{idx: i, prefix: w[:n], value: w[n:]})
+		}
+	}
+	return occ
+}
+
+// setOccurrences writes value at every occurrence (argv is changed in place).
+func setOccurrences(argv []string, occ []occurrence, value string) {
+	for _, o := range occ {
+		argv[o.idx] = o.prefix + value
+	}
+}
+
+// lookupEnv returns the value of name in env (KEY=VALUE entries; the last
+// entry wins, as in os/exec).
+func lookupEnv(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// setEnv returns env with name set to value: every entry for name is
+// replaced by one, kept at the first entry's place (so that a diff of the
+// environment stays small), or appended.
+func setEnv(env []string, name, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	done := false
+	for _, e := range env {
+		if k, _, ok := strings.Cut(e, "="); ok && k == name {
+			if !done {
+				out = append(out, name+"="+value)
+				done = true
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	if !done {
+		out = append(out, name+"="+value)
+	}
+	return out
+}
+
+// unsetEnv returns env without name.
+func unsetEnv(env []string, name string) []string {
+	out := make([]string, 0, len(env))
+	for _, e := range env {
+		if k, _, ok := strings.Cut(e, "="); ok && k == name {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// option is one key:value entry of an allocator-style option list
+// ("expandable_segments:True,max_split_size_mb:128").
+type option struct {
+	key, value string
+	hasValue   bool
+}
+
+func (o option) text() string {
+	if !o.hasValue {
+		return o.key
+	}
+	return o.key + ":" + o.value
+}
+
+// parseOptions splits a comma-separated key:value list, as PyTorch reads
+// PYTORCH_CUDA_ALLOC_CONF. Spaces around entries are dropped; empty entries
+// are skipped.
+func parseOptions(s string) []option {
+	var out []option
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, ":")
+		out = append(out, option{key: strings.TrimSpace(k), value: strings.TrimSpace(v), hasValue: ok})
+	}
+	return out
+}
+
+// mergeOptions merges add into the option list old: an option whose key is
+// already there takes the new value in place, others are appended in
+// order. The policy's option wins over the user's own because the policy
+// applies it after a failure the user's setting did not prevent.
+func mergeOptions(old, add string) string {
+	opts := parseOptions(old)
+	for _, a := range parseOptions(add) {
+		found := false
+		for i := range opts {
+			if opts[i].key == a.key {
+				opts[i] = a
+				found = true
+			}
+		}
+		if !found {
+			opts = append(opts, a)
+		}
+	}
+	parts := make([]string, len(opts))
+	for i, o := range opts {
+		parts[i] = o.text()
+	}
+	return strings.Join(parts, ",")
+}
