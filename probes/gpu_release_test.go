@@ -1,0 +1,96 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// releasingGPU frees memory step by step: each Sample lowers gpu0's use by
+// step until it reaches floor.
+type releasingGPU struct {
+	*fakeGPU
+	step, floor uint64
+}
+
+func (r *releasingGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
+	out, err := r.fakeGPU.Sample(ctx, pids)
+	r.mu.Lock()
+	if u := r.used["gpu0"]; u > r.floor+r.step {
+		r.used["gpu0"] = u - r.step
+	} else {
+		r.used["gpu0"] = r.floor
+	}
+	r.mu.Unlock()
+	return out, err
+}
+
+func TestWaitGPUReleaseReleased(t *testing.T) {
+	f := newFakeGPU(2, 80*gib)
+	f.set("gpu0", 2*gib)
+	f.set("gpu1", 1*gib)
+	baseline, _ := f.Sample(context.Background(), nil)
+	f.set("gpu0", 60*gib) // the dead attempt's memory, being torn down
+	g := &releasingGPU{fakeGPU: f, step: 20 * gib, floor: 2*gib + 100<<20}
+	err := waitGPURelease(context.Background(), g, nil, baseline, 0, time.Minute, time.Millisecond)
+	if err != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if f.calls != 1+4 { // baseline, then 60 -> 40 -> 20 -> 2.1 (within 512 MiB): the 4th sample is released
+		t.Errorf("sampled %d times", f.calls)
+	}
+}
+
+func TestWaitGPUReleaseTimeout(t *testing.T) {
+	f := newFakeGPU(2, 80*gib)
+	f.set("gpu0", 2*gib)
+	baseline, _ := f.Sample(context.Background(), nil)
+	f.set("gpu0", 30*gib) // an orphaned worker keeps it
+	err := waitGPURelease(context.Background(), f, nil, baseline, 0, 20*time.Millisecond, time.Millisecond)
+	var re *GPUReleaseError
+	if !errors.Is(err, ErrGPUNotReleased) || !errors.As(err, &re) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(re.Holding) != 1 || re.Holding[0].ID != "gpu0" || re.Holding[0].UsedBytes != 30*gib || re.Holding[0].BaselineBytes != 2*gib {
+		t.Errorf("holdings %+v", re.Holding)
+	}
+	if !strings.Contains(err.Error(), "gpu0 uses 30.00 GiB (2.00 GiB before the attempt)") || !strings.Contains(err.Error(), "gpuguard doctor") {
+		t.Errorf("message %q", err)
+	}
+}
+
+func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
+	f := newFakeGPU(1, 80*gib)
+	baseline, _ := f.Sample(context.Background(), nil)
+	f.lost["gpu0"] = true
+	err := waitGPURelease(context.Background(), f, nil, baseline, 0, time.Hour, time.Hour)
+	var re *GPUReleaseError
+	if !errors.As(err, &re) || !re.Holding[0].Lost || !strings.Contains(err.Error(), "is lost") {
+		t.Errorf("lost GPU: %v", err)
+	}
+	f.lost["gpu0"] = false
+	f.set("gpu0", 50*gib)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := waitGPURelease(ctx, f, nil, baseline, 0, time.Hour, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	// The null probe returns at once, whatever the baseline says.
+	if err := WaitGPURelease(context.Background(), NoGPU("no driver"), nil, baseline, 0, time.Hour); err != nil {
+		t.Errorf("null probe: %v", err)
+	}
+	// A device without a baseline is not waited for.
+	if err := WaitGPURelease(context.Background(), f, nil, nil, 0, time.Hour); err != nil {
+		t.Errorf("no baseline: %v", err)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 2048: "2 KiB", 512 << 20: "512 MiB", 39*gib + gib/2: "39.50 GiB", 2 << 40: "2.00 TiB"} {
+		if got := FormatBytes(in); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
