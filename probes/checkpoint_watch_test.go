@@ -1,0 +1,595 @@
+package probes
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// waitLimit bounds every wait on the watcher so that a bug fails the test
+// with a message instead of hanging it. Waits end on events, not on time.
+const waitLimit = 10 * time.Second
+
+// ckptRecorder collects what the watcher's test hooks report.
+type ckptRecorder struct {
+	mu       sync.Mutex
+	events   []fsnotify.Event
+	watches  []string
+	ticks    int
+	notify   chan struct{}
+	barriers int
+}
+
+func newCkptRecorder() *ckptRecorder { return &ckptRecorder{notify: make(chan struct{}, 1)} }
+
+func (r *ckptRecorder) poke() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *ckptRecorder) opts(o ckptWatchOpts) ckptWatchOpts {
+	o.testEvent = func(ev fsnotify.Event) {
+		r.mu.Lock()
+		r.events = append(r.events, ev)
+		r.mu.Unlock()
+		r.poke()
+	}
+	o.testWatch = func(d string) {
+		r.mu.Lock()
+		r.watches = append(r.watches, d)
+		r.mu.Unlock()
+		r.poke()
+	}
+	o.testTick = func() {
+		r.mu.Lock()
+		r.ticks++
+		r.mu.Unlock()
+		r.poke()
+	}
+	return o
+}
+
+// mark is a position in what was recorded, to wait for what comes after it.
+type ckptMark struct{ events, watches, ticks int }
+
+func (r *ckptRecorder) mark() ckptMark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ckptMark{len(r.events), len(r.watches), r.ticks}
+}
+
+// waitFor waits until cond (called under the lock) holds.
+func (r *ckptRecorder) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitLimit)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-r.notify:
+		case <-deadline.C:
+			t.Fatalf("watcher never reported %s", what)
+		}
+	}
+}
+
+// waitEvent waits until the watcher has handled an event on name with op.
+func (r *ckptRecorder) waitEvent(t *testing.T, m ckptMark, name string, op fsnotify.Op) {
+	t.Helper()
+	r.waitFor(t, fmt.Sprintf("event %v on %s", op, name), func() bool {
+		for _, ev := range r.events[m.events:] {
+			if filepath.Clean(ev.Name) == name && ev.Has(op) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitWatch waits until the watcher has added dir to fsnotify.
+func (r *ckptRecorder) waitWatch(t *testing.T, m ckptMark, dir string) {
+	t.Helper()
+	r.waitFor(t, "a watch on "+dir, func() bool {
+		for _, d := range r.watches[m.watches:] {
+			if d == dir {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitTick waits for a quiet check that started after m.
+func (r *ckptRecorder) waitTick(t *testing.T, m ckptMark) {
+	t.Helper()
+	r.waitFor(t, "a quiet check", func() bool { return r.ticks >= m.ticks+2 })
+}
+
+// barrier creates a file in the watched directory dir and waits until the
+// watcher has handled its event: inotify keeps one queue in order, so every
+// change made before it has been handled too.
+func (r *ckptRecorder) barrier(t *testing.T, dir string) {
+	t.Helper()
+	r.mu.Lock()
+	r.barriers++
+	name := filepath.Join(dir, fmt.Sprintf(".barrier-%d", r.barriers))
+	r.mu.Unlock()
+	m := r.mark()
+	if err := os.WriteFile(name, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.waitEvent(t, m, name, fsnotify.Create)
+}
+
+// testClock is the quiet rule's clock: frozen unless a test moves it, so
+// that a checkpoint being written can never pass for quiet by accident.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func startWatch(t *testing.T, dir string, spec CheckpointSpec, log *zap.Logger, o ckptWatchOpts) *CheckpointWatcher {
+	t.Helper()
+	w, err := watchCheckpoints(dir, spec, log, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return w
+}
+
+// waitUpdate reads Updates until a checkpoint with base name base arrives.
+func waitUpdate(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
+	t.Helper()
+	deadline := time.NewTimer(waitLimit)
+	defer deadline.Stop()
+	for {
+		select {
+		case c, ok := <-w.Updates():
+			if !ok {
+				t.Fatalf("Updates closed while waiting for %s", base)
+			}
+			if filepath.Base(c.Path) == base {
+				if !c.Complete {
+					t.Fatalf("update for %s is not complete: %+v", base, c)
+				}
+				return c
+			}
+		case <-deadline.C:
+			l, ok := w.Latest()
+			t.Fatalf("no update for %s (latest: %+v %v)", base, l, ok)
+		}
+	}
+}
+
+func noUpdate(t *testing.T, w *CheckpointWatcher) {
+	t.Helper()
+	select {
+	case c := <-w.Updates():
+		t.Fatalf("unexpected update: %+v", c)
+	default:
+	}
+}
+
+func wantLatest(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
+	t.Helper()
+	c, ok := w.Latest()
+	if base == "" {
+		if ok {
+			t.Fatalf("Latest = %+v, want none", c)
+		}
+		return c
+	}
+	if !ok || filepath.Base(c.Path) != base || !c.Complete {
+		t.Fatalf("Latest = %+v %v, want %s", c, ok, base)
+	}
+	return c
+}
+
+// renameInto writes body to a temp name in the same directory and renames
+// it to rel, as torch.save-then-rename and the example job do.
+func renameInto(t *testing.T, dir, rel, body string) {
+	t.Helper()
+	p := filepath.Join(dir, rel)
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func frozenSpec(globs ...string) CheckpointSpec {
+	return CheckpointSpec{Globs: globs, Quiet: 40 * time.Millisecond, Poll: time.Hour}
+}
+
+func TestWatchRenameIntoPlaceIsCompleteAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	core, logs := observer.New(zapcore.InfoLevel)
+	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), zap.New(core), rec.opts(ckptWatchOpts{now: clock.now}))
+
+	wantLatest(t, w, "step_1.pt") // there before the watch: Latest, not an update
+	rec.barrier(t, filepath.Join(dir, "ckpt"))
+	noUpdate(t, w)
+
+	renameInto(t, dir, "ckpt/step_2.pt", "new weights")
+	c := waitUpdate(t, w, "step_2.pt")
+	if c.Why != "renamed into place" || stepOf(c) != 2 || c.Size != int64(len("new weights")) {
+		t.Errorf("update: %+v", c)
+	}
+	wantLatest(t, w, "step_2.pt")
+	if n := logs.FilterMessage("checkpoint complete").FilterField(zap.String("path", c.Path)).Len(); n != 1 {
+		t.Errorf("logged %d 'checkpoint complete' entries for %s, want 1", n, c.Path)
+	}
+
+	// Written to again in place: no longer complete, the older one is chosen.
+	f, err := os.OpenFile(filepath.Join(dir, "ckpt", "step_2.pt"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(" and more"); err != nil {
+		t.Fatal(err)
+	}
+	rec.barrier(t, filepath.Join(dir, "ckpt"))
+	wantLatest(t, w, "step_1.pt")
+}
+
+func TestWatchChunkedWriteIsCompleteOnlyWhenQuiet(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+
+	f, err := os.Create(filepath.Join(dir, "ckpt", "step_2.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := f.Write(bytes.Repeat([]byte{'w'}, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		rec.barrier(t, filepath.Join(dir, "ckpt"))
+		rec.waitTick(t, rec.mark())
+		wantLatest(t, w, "step_1.pt")
+		noUpdate(t, w)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec.barrier(t, filepath.Join(dir, "ckpt"))
+	rec.waitTick(t, rec.mark()) // one look at the final size
+	clock.add(time.Hour)
+	c := waitUpdate(t, w, "step_2.pt")
+	if !strings.HasPrefix(c.Why, "no change for ") || c.Size != 3*64<<10 {
+		t.Errorf("update: %+v", c)
+	}
+	wantLatest(t, w, "step_2.pt")
+}
+
+// With the real clock and a short Quiet, a file written in place is
+// reported once it has been left alone.
+func TestWatchQuietWithRealClock(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, dir, CheckpointSpec{Globs: []string{"ckpt/*.pt"}, Quiet: 50 * time.Millisecond, Poll: time.Hour}, nil, ckptWatchOpts{})
+	writeFile(t, dir, "ckpt/model_300.pt", "weights", time.Time{})
+	c := waitUpdate(t, w, "model_300.pt")
+	if !strings.HasPrefix(c.Why, "no change for ") || stepOf(c) != 300 {
+		t.Errorf("update: %+v", c)
+	}
+}
+
+func TestWatchMarkerDirectoryCreatedAfterStart(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	spec := frozenSpec("out/checkpoint-*")
+	spec.Marker = "trainer_state.json"
+	w := startWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now}))
+
+	m := rec.mark()
+	ck := filepath.Join(out, "checkpoint-100")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitWatch(t, m, ck)
+	writeFile(t, out, "checkpoint-100/model.safetensors", strings.Repeat("m", 1000), time.Time{})
+	writeFile(t, out, "checkpoint-100/trainer_state.json", `{"global_step": 1`, time.Time{})
+	rec.barrier(t, out)
+	rec.waitTick(t, rec.mark())
+	wantLatest(t, w, "")
+	noUpdate(t, w)
+
+	clock.add(time.Hour) // time does not make a marker directory complete
+	rec.waitTick(t, rec.mark())
+	wantLatest(t, w, "")
+
+	state := `{"global_step": 100}`
+	writeFile(t, out, "checkpoint-100/trainer_state.json", state, time.Time{})
+	c := waitUpdate(t, w, "checkpoint-100")
+	if c.Why != "marker trainer_state.json present" || c.Size != int64(1000+len(state)) || stepOf(c) != 100 {
+		t.Errorf("update: %+v", c)
+	}
+	wantLatest(t, w, "checkpoint-100")
+
+	// Files written into a new directory before the watcher could add it
+	// are found by reading it after the Add.
+	writeFile(t, out, "checkpoint-200/model.safetensors", "m2", time.Time{})
+	writeFile(t, out, "checkpoint-200/trainer_state.json", `{"global_step": 200}`, time.Time{})
+	waitUpdate(t, w, "checkpoint-200")
+	wantLatest(t, w, "checkpoint-200")
+}
+
+func TestWatchNewSubdirectoryOfTheGlobIsWatched(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	if err := os.Mkdir(runs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, frozenSpec("runs/*/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+
+	m := rec.mark()
+	if err := os.Mkdir(filepath.Join(runs, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitWatch(t, m, filepath.Join(runs, "a"))
+	renameInto(t, runs, "a/step_5.pt", "weights")
+	c := waitUpdate(t, w, "step_5.pt")
+	if c.Why != "renamed into place" || c.Path != filepath.Join(runs, "a", "step_5.pt") {
+		t.Errorf("update: %+v", c)
+	}
+}
+
+func TestWatchCheckpointDirectoryDeletedAndRecreated(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	if err := os.Mkdir(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+
+	renameInto(t, dir, "ckpt/step_10.pt", "w10")
+	waitUpdate(t, w, "step_10.pt")
+
+	m := rec.mark()
+	if err := os.RemoveAll(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitEvent(t, m, ckpt, fsnotify.Remove)
+	// Latest keeps the last good one (its file is gone: callers check).
+	c := wantLatest(t, w, "step_10.pt")
+	if _, err := os.Stat(c.Path); err == nil {
+		t.Errorf("%s should be gone", c.Path)
+	}
+
+	m = rec.mark()
+	if err := os.Mkdir(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitWatch(t, m, ckpt)
+	renameInto(t, dir, "ckpt/step_20.pt", "w20")
+	if c := waitUpdate(t, w, "step_20.pt"); c.Why != "renamed into place" {
+		t.Errorf("after recreation: %+v", c)
+	}
+	wantLatest(t, w, "step_20.pt")
+}
+
+// A spec whose directory does not exist yet: fsnotify watches the nearest
+// existing parent and follows the directories down as they are created.
+func TestWatchDirectoryThatDoesNotExistYet(t *testing.T) {
+	dir := t.TempDir()
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, frozenSpec("later/ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	wantLatest(t, w, "")
+
+	m := rec.mark()
+	ckpt := filepath.Join(dir, "later", "ckpt")
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitWatch(t, m, ckpt)
+	renameInto(t, dir, "later/ckpt/step_7.pt", "w7")
+	if c := waitUpdate(t, w, "step_7.pt"); c.Why != "renamed into place" {
+		t.Errorf("update: %+v", c)
+	}
+}
+
+// Without fsnotify (a network file system delivers no events), the polling
+// scan finds checkpoints, including in a directory created after the start.
+func TestWatchPollingFallback(t *testing.T) {
+	dir := t.TempDir()
+	clock := &testClock{t: time.Now()}
+	spec := CheckpointSpec{Globs: []string{"later/ckpt/step_*.pt"}, Quiet: 40 * time.Millisecond, Poll: 20 * time.Millisecond}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now, noFsnotify: true}))
+	if w.fsw != nil {
+		t.Fatal("fsnotify in use")
+	}
+	wantLatest(t, w, "")
+	writeFile(t, dir, "later/ckpt/step_7.pt", "w7", time.Time{})
+	clock.add(time.Hour)
+	c := waitUpdate(t, w, "step_7.pt")
+	if !strings.HasPrefix(c.Why, "no change for ") {
+		t.Errorf("update: %+v", c)
+	}
+	wantLatest(t, w, "step_7.pt")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.events) != 0 || len(rec.watches) != 0 {
+		t.Errorf("polling watcher used fsnotify: %v %v", rec.events, rec.watches)
+	}
+}
+
+// Sends never block: an unread channel holds the newest completion, Latest
+// keeps up, and Close closes the channel.
+func TestWatchUpdatesCoalesceAndCloseClosesThem(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w, err := watchCheckpoints(dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		renameInto(t, dir, fmt.Sprintf("ckpt/step_%d.pt", i), "w")
+	}
+	rec.barrier(t, filepath.Join(dir, "ckpt"))
+	wantLatest(t, w, "step_3.pt")
+	select {
+	case c := <-w.Updates():
+		if filepath.Base(c.Path) != "step_3.pt" {
+			t.Errorf("pending update %s, want the newest, step_3.pt", c.Path)
+		}
+	default:
+		t.Fatal("no pending update")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-w.Updates(); ok {
+		t.Error("Updates still open after Close")
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	wantLatest(t, w, "step_3.pt") // still answers after Close
+}
+
+// Scanning and watching only read: every file's bytes and modification
+// time, and every directory's listing and modification time, are unchanged.
+func TestScanAndWatchDoNotModifyCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	past := time.Now().Add(-time.Hour)
+	writeFile(t, dir, "ck/step_1.pt", "one", past)
+	writeFile(t, dir, "ck/step_2.pt", "two", time.Time{})
+	writeFile(t, dir, "out/checkpoint-5/model.bin", "m", past)
+	writeFile(t, dir, "out/checkpoint-5/trainer_state.json", `{"global_step": 5}`, past)
+	writeFile(t, dir, "out/checkpoint-6/model.bin", "m", time.Time{})
+	if err := os.Symlink("step_1.pt", filepath.Join(dir, "ck", "last.pt")); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+
+	for _, spec := range []CheckpointSpec{
+		{Globs: []string{"ck/*.pt"}},
+		{Globs: []string{"out/checkpoint-*"}, Marker: "trainer_state.json", Choose: "highest_step"},
+		{Globs: []string{"out/checkpoint-*"}},
+	} {
+		if _, err := ScanCheckpoints(dir, spec, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := LatestCheckpoint(dir, spec, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		spec.Poll, spec.Quiet = 10*time.Millisecond, 10*time.Millisecond
+		rec := newCkptRecorder()
+		w, err := watchCheckpoints(dir, spec, nil, rec.opts(ckptWatchOpts{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.waitTick(t, rec.mark())
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := snapshot(t, dir)
+	for p, b := range before {
+		if after[p] != b {
+			t.Errorf("%s changed:\n before %s\n after  %s", p, b, after[p])
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("entries: %d before, %d after", len(before), len(after))
+	}
+}
+
+// snapshot describes every entry under dir: kind, modification time, and
+// the bytes of files (the target of links).
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%v %d", fi.Mode(), fi.ModTime().UnixNano())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(b)
+		}
+		out[p] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
