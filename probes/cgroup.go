@@ -263,7 +263,7 @@ func (cg *CgroupMemory) readV2(p *procFS) error {
 		}
 	}
 	cg.WorkingSetBytes = cg.UsageBytes
-	if st, err := p.read(cg.Dir + "/memory.stat"); err == nil {
+	if st, err := p.readHot(cg.Dir + "/memory.stat"); err == nil {
 		if v, ok := cgroupKey(st, "inactive_file"); ok && v <= cg.UsageBytes {
 			cg.WorkingSetBytes = cg.UsageBytes - v
 		}
@@ -282,7 +282,7 @@ func (cg *CgroupMemory) readV1(p *procFS) error {
 		cg.LimitBytes = v
 	}
 	cg.WorkingSetBytes = cg.UsageBytes
-	if st, err := p.read(cg.Dir + "/memory.stat"); err == nil {
+	if st, err := p.readHot(cg.Dir + "/memory.stat"); err == nil {
 		if v, ok := cgroupKey(st, "hierarchical_memory_limit"); ok && v < cgroupUnlimited && (cg.LimitBytes == 0 || v < cg.LimitBytes) {
 			cg.LimitBytes = v
 		}
@@ -304,7 +304,7 @@ func (cg *CgroupMemory) readOOM(p *procFS) error {
 		name = "/memory.oom_control"
 	}
 	cg.OOMKills, cg.OOMKillsKnown = 0, false
-	b, err := p.read(cg.Dir + name)
+	b, err := p.readHot(cg.Dir + name)
 	if err != nil {
 		return nil
 	}
@@ -314,7 +314,7 @@ func (cg *CgroupMemory) readOOM(p *procFS) error {
 
 // cgroupReadUint reads a one-number file ("max" reads as unlimited).
 func cgroupReadUint(p *procFS, path string) (uint64, error) {
-	b, err := p.read(path)
+	b, err := p.readHot(path)
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,8 @@ package probes
 
 import (
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 )
 
@@ -64,32 +66,38 @@ func (h HostSample) LimitBytes() uint64 {
 // that cannot be read leaves Cgroup nil with CgroupErr saying why.
 func ReadHost(procRoot string, rootPID int) (HostSample, error) {
 	r := newHostReader(procRoot)
+	defer r.close()
 	return r.read(rootPID, time.Now(), true)
 }
 
-// hostReader is the stateful reader the sampler uses: it keeps one buffer,
-// caches command lines, executables and PSS per process, and refreshes them
-// (and the cgroup's location) at most once per refresh period, since reading
-// smaps_rollup walks the page tables of the whole process.
+// hostReader is the stateful reader the sampler uses. It walks the process
+// tree (and refreshes PSS, command lines, executables and the cgroup's
+// location) at most once per refresh period, since reading smaps_rollup
+// walks the page tables of the whole process; in between it re-reads only
+// the RSS of the known members (statm), through descriptors it keeps open,
+// and the hot cgroup and meminfo files. A process started between two walks
+// is counted from the next walk on. close releases the descriptors.
 type hostReader struct {
 	p       *procFS
 	fsRoot  string
 	refresh time.Duration
 
+	root     int
 	tree     []procStat
 	procs    map[int]*hostProc
 	lastFull time.Time
 	tick     uint64
 
-	cgPID  int
-	cg     *CgroupMemory
-	cgErr  string
-	cgSeen bool
+	cgPID int
+	cg    *CgroupMemory
+	cgErr string
 }
 
 // hostProc is what the reader remembers about one process.
 type hostProc struct {
 	start    uint64
+	comm     string
+	fd       int // open statm file, -1 when none
 	exe      string
 	cmdline  string
 	pss      uint64
@@ -109,71 +117,57 @@ func newHostReader(procRoot string) *hostReader {
 	}
 }
 
-// read measures the tree of rootPID. full forces the refresh of PSS, command
-// lines and the cgroup location.
+// close releases every descriptor the reader holds.
+func (r *hostReader) close() {
+	for pid, hp := range r.procs {
+		if hp.fd >= 0 {
+			syscall.Close(hp.fd)
+		}
+		delete(r.procs, pid)
+	}
+	r.p.close()
+}
+
+// read measures the tree of rootPID. full forces a walk.
 func (r *hostReader) read(rootPID int, now time.Time, full bool) (HostSample, error) {
 	hs := HostSample{RootPID: rootPID}
-	var err error
-	r.tree, err = r.p.tree(rootPID, r.tree)
-	if err != nil {
-		return hs, err
-	}
-	if now.Sub(r.lastFull) >= r.refresh || r.lastFull.IsZero() {
+	if rootPID != r.root || r.lastFull.IsZero() || now.Sub(r.lastFull) >= r.refresh {
 		full = true
 	}
-	if full {
-		r.lastFull = now
-	}
 	r.tick++
-	tick := r.tick
+	if full {
+		if err := r.walk(rootPID); err != nil {
+			return hs, err
+		}
+		r.lastFull = now
+	} else if err := r.restat(rootPID); err != nil {
+		return hs, err
+	}
 	hs.Processes = len(r.tree)
 	hs.PSSComplete = true
 	for _, st := range r.tree {
 		hp := r.procs[st.PID]
-		fresh := false
-		if hp == nil || hp.start != st.Start {
-			hp = &hostProc{start: st.Start}
-			r.procs[st.PID] = hp
-			fresh = true
-		}
-		hp.seenTick = tick
-		if fresh || full {
-			hp.exe = r.p.exe(st.PID)
-			if hp.exe == "" {
-				hp.exe = st.Comm
-			}
-			hp.cmdline = r.p.cmdline(st.PID)
-			pss, _, perr := r.p.pss(st.PID)
-			hp.pss, hp.pssOK = pss, perr == nil
-		}
 		hs.RSSBytes += st.RSSBytes
-		if hp.pssOK {
+		if hp != nil && hp.pssOK {
 			hs.PSSBytes += hp.pss
 		} else {
 			hs.PSSBytes += st.RSSBytes
 			hs.PSSComplete = false
 		}
 	}
-	// Forget processes that are gone, so the cache stays the tree's size.
-	for pid, hp := range r.procs {
-		if hp.seenTick != tick {
-			delete(r.procs, pid)
-		}
-	}
 	hs.Workers = r.workers()
+	var err error
 	hs.MemTotalBytes, hs.MemAvailableBytes, err = r.p.meminfo()
 	if err != nil {
 		return hs, fmt.Errorf("host memory: %w", err)
 	}
-	if full || r.cgPID != rootPID || !r.cgSeen {
+	if full || r.cgPID != rootPID {
 		r.locateCgroup(rootPID)
 	}
 	if r.cg != nil {
 		cg := *r.cg
 		if err := cg.read(r.p); err != nil {
-			// Moved to another cgroup, or removed: look again next time.
-			r.cgSeen = false
-			hs.CgroupErr = err.Error()
+			hs.CgroupErr = err.Error() // moved or removed: located again at the next walk
 		} else {
 			hs.Cgroup = &cg
 		}
@@ -183,8 +177,87 @@ func (r *hostReader) read(rootPID int, now time.Time, full bool) (HostSample, er
 	return hs, nil
 }
 
+// walk finds the tree's members and refreshes what is cached about them.
+func (r *hostReader) walk(rootPID int) error {
+	var err error
+	r.tree, err = r.p.tree(rootPID, r.tree)
+	if err != nil {
+		return err
+	}
+	r.root = rootPID
+	for _, st := range r.tree {
+		hp := r.procs[st.PID]
+		if hp != nil && hp.start != st.Start {
+			r.forget(st.PID) // a reused PID
+			hp = nil
+		}
+		if hp == nil {
+			hp = &hostProc{start: st.Start, fd: -1}
+			r.procs[st.PID] = hp
+			if r.p.hot {
+				if fd, err := syscall.Open(r.p.pidPath(st.PID, "statm"), syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+					hp.fd = fd
+				}
+			}
+		}
+		hp.seenTick = r.tick
+		if hp.comm != st.Comm || hp.cmdline == "" {
+			// New, or exec'd since (exec changes the command name).
+			hp.comm = st.Comm
+			hp.exe = r.p.exe(st.PID)
+			if hp.exe == "" {
+				hp.exe = st.Comm
+			}
+			hp.cmdline = r.p.cmdline(st.PID)
+		}
+		pss, _, perr := r.p.pss(st.PID)
+		hp.pss, hp.pssOK = pss, perr == nil
+	}
+	for pid, hp := range r.procs {
+		if hp.seenTick != r.tick {
+			r.forget(pid)
+		}
+	}
+	return nil
+}
+
+// restat re-reads the RSS of the members found by the last walk.
+func (r *hostReader) restat(rootPID int) error {
+	n := 0
+	for _, old := range r.tree {
+		hp := r.procs[old.PID]
+		st := old
+		var err error
+		if hp != nil && hp.fd >= 0 {
+			// statm through the descriptor: it names the process the walk
+			// found (a reused PID does not), and costs less than stat.
+			st.RSSBytes, err = r.p.statmRSS(old.PID, hp.fd)
+		} else {
+			st, err = r.p.stat(old.PID)
+		}
+		if err != nil || st.Start != old.Start {
+			if old.PID == rootPID {
+				return fmt.Errorf("process %d: %w", rootPID, os.ErrNotExist)
+			}
+			r.forget(old.PID)
+			continue
+		}
+		r.tree[n] = st
+		n++
+	}
+	r.tree = r.tree[:n]
+	return nil
+}
+
+func (r *hostReader) forget(pid int) {
+	if hp := r.procs[pid]; hp != nil && hp.fd >= 0 {
+		syscall.Close(hp.fd)
+	}
+	delete(r.procs, pid)
+}
+
 func (r *hostReader) locateCgroup(pid int) {
-	r.cgPID, r.cgSeen = pid, true
+	r.cgPID = pid
 	cg, err := cgroupOf(r.p, r.fsRoot, pid)
 	if err != nil {
 		r.cg, r.cgErr = nil, err.Error()

@@ -244,3 +244,69 @@ func TestProcReadGrowsBuffer(t *testing.T) {
 		t.Errorf("read %d bytes: %q", len(b), b)
 	}
 }
+
+// TestHostReaderBetweenWalks checks the cheap path between two walks (RSS
+// through kept statm descriptors): a member that is reaped drops out, a
+// reaped root is an error, and descriptors are released.
+func TestHostReaderBetweenWalks(t *testing.T) {
+	a := exec.Command("sleep", "600")
+	b := exec.Command("sleep", "600")
+	for _, c := range []*exec.Cmd{a, b} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := c
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	r := newHostReader("/proc")
+	r.p.hot = true
+	defer r.close()
+	now := time.Now()
+	h, err := r.read(os.Getpid(), now, false) // first read walks
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(pid int) bool {
+		for _, st := range r.tree {
+			if st.PID == pid {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(a.Process.Pid) || !has(b.Process.Pid) || r.procs[a.Process.Pid].fd < 0 {
+		t.Fatalf("walk missed the children: %+v", r.tree)
+	}
+	a.Process.Kill()
+	a.Wait() // reaped: its statm descriptor now fails
+	h2, err := r.read(os.Getpid(), now.Add(100*time.Millisecond), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.lastFull != now {
+		t.Fatal("the second read walked again; it should have re-read RSS only")
+	}
+	if has(a.Process.Pid) || !has(b.Process.Pid) || h2.Processes != h.Processes-1 {
+		t.Errorf("after reaping %d: processes %d -> %d, tree %+v", a.Process.Pid, h.Processes, h2.Processes, r.tree)
+	}
+	if _, ok := r.procs[a.Process.Pid]; ok {
+		t.Error("the reaped process is still cached")
+	}
+
+	// A root that is reaped between walks is an error.
+	r2 := newHostReader("/proc")
+	r2.p.hot = true
+	defer r2.close()
+	if _, err := r2.read(b.Process.Pid, now, false); err != nil {
+		t.Fatal(err)
+	}
+	b.Process.Kill()
+	b.Wait()
+	if _, err := r2.read(b.Process.Pid, now.Add(100*time.Millisecond), false); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("reaped root: err = %v, want os.ErrNotExist", err)
+	}
+	r2.close()
+	if len(r2.procs) != 0 || len(r2.p.fds) != 0 {
+		t.Errorf("close left %d processes, %d files", len(r2.procs), len(r2.p.fds))
+	}
+}

@@ -21,50 +21,98 @@ var procPageSize = uint64(os.Getpagesize())
 
 // procFS reads files under a proc root with a reusable buffer. Not safe for
 // concurrent use.
+//
+// With hot set (the sampler's reader), files read with readHot stay open and
+// are re-read with pread at offset 0, one system call per read instead of
+// three; close releases them. Without it every read opens and closes.
 type procFS struct {
 	root string
 	buf  []byte
 	// children: whether /proc/PID/task/TID/children exists on this kernel
 	// (CONFIG_PROC_CHILDREN); 0 unknown, 1 yes, -1 no.
 	children int
+	hot      bool
+	fds      map[string]int
 }
 
 func newProcFS(root string) *procFS {
 	if root == "" {
 		root = "/proc"
 	}
-	return &procFS{root: root, buf: make([]byte, 0, 4096)}
+	return &procFS{root: root, buf: make([]byte, 0, 4096), fds: map[string]int{}}
 }
 
-// read returns the content of path (valid until the next read).
+// read returns the content of path (valid until the next read). procfs,
+// sysfs and cgroupfs files are seq_files, which fill the buffer as far as
+// the content goes, so a short read is the end of the file: most files take
+// open, one read and close.
 func (p *procFS) read(path string) ([]byte, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
+	return p.pread(fd, path)
+}
+
+// readHot is read with the file kept open when p.hot is set. A file that
+// fails is closed and opened again on the next call.
+func (p *procFS) readHot(path string) ([]byte, error) {
+	if !p.hot {
+		return p.read(path)
+	}
+	fd, ok := p.fds[path]
+	if !ok {
+		var err error
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		p.fds[path] = fd
+	}
+	b, err := p.pread(fd, path)
+	if err != nil {
+		syscall.Close(fd)
+		delete(p.fds, path)
+	}
+	return b, err
+}
+
+// pread reads a whole file from offset 0 through an open descriptor.
+func (p *procFS) pread(fd int, path string) ([]byte, error) {
 	b := p.buf[:0]
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := syscall.Read(fd, b[len(b):cap(b)])
-		if n > 0 {
-			b = b[:len(b)+n]
-		}
+		room := cap(b) - len(b)
+		n, err := syscall.Pread(fd, b[len(b):cap(b)], int64(len(b)))
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			p.buf = b
+			if err == syscall.ESRCH {
+				// The process is gone (its stat file outlives it).
+				return nil, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: %v", os.ErrNotExist, err)}
+			}
 			return nil, &os.PathError{Op: "read", Path: path, Err: err}
 		}
-		if n == 0 {
+		b = b[:len(b)+n]
+		if n < room {
 			break
 		}
 	}
 	p.buf = b
 	return b, nil
+}
+
+// close releases the files readHot keeps open.
+func (p *procFS) close() {
+	for path, fd := range p.fds {
+		syscall.Close(fd)
+		delete(p.fds, path)
+	}
 }
 
 func (p *procFS) pidPath(pid int, name string) string {
@@ -93,6 +141,26 @@ func (p *procFS) stat(pid int) (procStat, error) {
 		return procStat{}, err
 	}
 	return parseProcStat(pid, b)
+}
+
+// statmRSS reads the resident set size from a /proc/PID/statm opened
+// earlier ("size resident shared text lib data dt", in pages). The
+// descriptor keeps naming the process it was opened for: once that process
+// is reaped the read fails with an error matching os.ErrNotExist.
+func (p *procFS) statmRSS(pid, fd int) (uint64, error) {
+	b, err := p.pread(fd, "statm of process "+strconv.Itoa(pid))
+	if err != nil {
+		return 0, err
+	}
+	sp := bytes.IndexByte(b, ' ')
+	if sp < 0 {
+		return 0, fmt.Errorf("/proc/%d/statm: unexpected format %q", pid, procTrim(b))
+	}
+	rest := b[sp+1:]
+	if e := bytes.IndexByte(rest, ' '); e >= 0 {
+		rest = rest[:e]
+	}
+	return procAtoi(rest) * procPageSize, nil
 }
 
 // parseProcStat parses a stat line. The command name is in parentheses and
@@ -305,7 +373,7 @@ func procKB(b []byte) uint64 {
 
 // meminfo returns MemTotal and MemAvailable of /proc/meminfo in bytes.
 func (p *procFS) meminfo() (total, avail uint64, err error) {
-	b, err := p.read(p.root + "/meminfo")
+	b, err := p.readHot(p.root + "/meminfo")
 	if err != nil {
 		return 0, 0, err
 	}

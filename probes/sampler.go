@@ -319,6 +319,7 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 		leakWarned: map[string]int64{},
 		hostHot:    map[string]bool{},
 	}
+	s.host.p.hot = true
 	if ok, why := cfg.GPU.Available(); !ok {
 		s.gpuWhy = why
 	}
@@ -345,10 +346,12 @@ func (s *Sampler) interval(now time.Time) time.Duration {
 // asked before every sample; while it returns 0 or less (no child yet, or
 // between attempts) nothing is sampled. A root that is gone is skipped
 // quietly. Run blocks; start it with `go`. NVML calls never delay Run by
-// more than GPUTimeout per sample.
+// more than GPUTimeout per sample. Run keeps a few /proc and cgroup files
+// open while it runs and closes them when it returns; run it once.
 func (s *Sampler) Run(ctx context.Context, rootPID func() int) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	defer s.host.close()
 	for {
 		select {
 		case <-ctx.Done():
