@@ -1,0 +1,682 @@
+package probes
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/gpuguard/gpuguard/lines"
+)
+
+// ClassifierOptions configure a Classifier.
+type ClassifierOptions struct {
+	// PhasePatterns are extra phase markers from the policy: a line matching
+	// one starts its phase. They are tried before the built-in markers.
+	PhasePatterns []PhasePattern
+	// OnEvent, when set, receives live events (a phase start, a step, a
+	// failure line). It is called synchronously from Line and must not call
+	// back into the Classifier.
+	OnEvent func(Event)
+	// AllocConf is the PyTorch allocator configuration the job ran with (the
+	// value of PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF), when the caller
+	// knows it. The fragmentation advice says whether expandable_segments was
+	// already on. Empty means unknown: the log itself is searched for it.
+	AllocConf string
+}
+
+// Classifier reads a job's output line by line and concludes what the job
+// died of (see Kind), in which phase, on which rank, with the figures the
+// out-of-memory message printed, and what to change.
+//
+// It is pure: it starts no process and reads no file. It keeps a bounded
+// amount of state whatever the length of the stream (the current failure, a
+// few lines of a multi-line message, at most maxPhaseMarks phase marks).
+// It is not safe for concurrent use.
+//
+// How it decides:
+//
+//   - Each line's prefixes (rank tags, pastes' quotes, CI timestamps) are
+//     removed and the rank kept; literal "#015" and "#033" (a carriage return
+//     and an escape, as some log collectors write them) are honoured.
+//   - A literal prefilter (classify_scan.go) picks the detectors that may
+//     match; detectors are plain byte comparisons, most specific first.
+//   - The first failure wins, except that a failure of a stronger class
+//     replaces a weaker one: a memory failure (gpu_oom, cpu_alloc_oom,
+//     host_oom) beats a specific crash (illegal memory access, NCCL timeout,
+//     NaN loss, ImportError, ...), which beats a generic one (any other Python
+//     exception, a non-zero exit). Later lines of the same report (the rest of
+//     a hard-wrapped message, torchrun's root-cause block, Slurm's and the
+//     kernel's follow-up lines) refine the first one.
+//   - A failure that training survived is dropped: when progress lines show
+//     the step (or epoch) advancing twice after the failure line, the error
+//     was caught and handled (an OOM retried by the framework, an exception
+//     logged by a callback). The diagnosis still mentions it.
+//   - The phase at a failure is the phase in effect at its line; when none
+//     was seen yet, a progress bar redrawn within the next 5 lines supplies it
+//     (tqdm redraws the bar of the phase that was running when a traceback
+//     interrupted it).
+type Classifier struct {
+	opts ClassifierOptions
+	m    *kwMatcher
+	user []userPattern
+	hits hitSet
+	buf  []byte // frames of a line with literal "#015"
+	num  int    // number of the line being read
+
+	// phases
+	phase        Phase
+	explicit     bool
+	valDone      bool
+	valEpoch     int64
+	epoch, step  int64
+	marks        []PhaseMark
+	marksDropped int
+	pos          progress
+	havePos      bool
+	evStep       int64
+	evEpoch      int64
+
+	// failures
+	cur     *failure
+	handled []handledFailure
+	pend    pendingMsg
+	block   rootCauseBlock
+	abUntil int // AutoBatch probing: OOM text until this line is the probe's
+	exp     expandableState
+	exit    *Exit
+
+	// trace, when set (tests), is called for every line recognised as a
+	// phase line, with the phase the line shows.
+	trace func(num int, p Phase)
+}
+
+// maxPhaseMarks bounds Verdict.Phases: the first half of the marks and the
+// most recent ones are kept.
+const maxPhaseMarks = 512
+
+// maxText bounds Verdict.Text.
+const maxText = 1000
+
+// progress is a position in training: (epoch, step), -1 where not printed.
+type progress struct{ epoch, step int64 }
+
+func (p progress) after(q progress) bool {
+	if p.epoch >= 0 && q.epoch >= 0 && p.epoch != q.epoch {
+		return p.epoch > q.epoch
+	}
+	return p.step > q.step
+}
+
+// failure is the classifier's current conclusion.
+type failure struct {
+	kind     Kind
+	class    int // 3 memory, 2 specific crash, 1 generic crash
+	reason   string
+	family   string // message family: lines of one report share it
+	line     int
+	lastLine int // last line that refined it
+	text     string
+	rank     int
+	host     string
+	oom      *OOM
+	extra    oomExtra
+	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
+	lowConf  bool   // the evidence does not prove the cause
+	phase    Phase
+	step     int64
+	epoch    int64
+
+	base    progress // training position when the failure was seen
+	hasBase bool
+	ticks   int // times the position advanced after the failure
+	adopt   int // a phase line up to this line number may supply the phase
+
+	allowTable int // "would exceed allowed memory": figures follow until this line
+
+	wrapped string // an incomplete PyTorch OOM message, to be continued
+}
+
+// handledFailure is a failure that training survived.
+type handledFailure struct {
+	kind   Kind
+	reason string
+	line   int
+}
+
+// pendingMsg is a PyTorch OOM message that may continue on the next lines
+// (a hard-wrapped paste or terminal).
+type pendingMsg struct {
+	active bool
+	rank   int
+	lines  int
+	buf    []byte
+	f      *failure
+}
+
+const (
+	maxPendingLines = 6
+	maxPendingBytes = 4 << 10
+)
+
+// rootCauseBlock is torchrun's "Root Cause (first observed failure):" block.
+type rootCauseBlock struct {
+	active bool
+	line   int
+	rank   int
+	host   string
+}
+
+// expandableState is what the log says about expandable_segments.
+type expandableState struct {
+	on, off, unsupported bool
+}
+
+// NewClassifier returns a Classifier. It fails when a phase pattern is not a
+// valid regular expression or names a phase other than train or val; the
+// error names the pattern.
+func NewClassifier(o ClassifierOptions) (*Classifier, error) {
+	user, err := compilePhasePatterns(o.PhasePatterns)
+	if err != nil {
+		return nil, err
+	}
+	c := &Classifier{
+		opts: o, m: getKWMatcher(), user: user,
+		valEpoch: -1, epoch: -1, step: -1, evStep: -1, evEpoch: -1,
+		pos: progress{-1, -1},
+	}
+	if bHas([]byte(o.AllocConf), "expandable_segments:True") || bHas([]byte(o.AllocConf), "expandable_segments:true") {
+		c.exp.on = true
+	}
+	return c, nil
+}
+
+// ClassifyReader classifies a whole log: it splits r into lines the way the
+// supervisor does (lines.Splitter) and returns the final Verdict. A read error
+// is returned with the verdict on what was read before it.
+func ClassifyReader(r io.Reader, o ClassifierOptions) (Verdict, error) {
+	c, err := NewClassifier(o)
+	if err != nil {
+		return Verdict{}, err
+	}
+	s := lines.New(lines.DefaultMax, c.Line)
+	buf := make([]byte, 256<<10)
+	_, err = io.CopyBuffer(s, readerOnly{r}, buf)
+	s.Flush()
+	if err != nil {
+		return c.Verdict(), fmt.Errorf("reading the log: %w", err)
+	}
+	return c.Verdict(), nil
+}
+
+// readerOnly hides a reader's WriterTo so that io.CopyBuffer uses the buffer.
+type readerOnly struct{ io.Reader }
+
+// Line reads one logical line (lines.Splitter's output). l.Text is only read
+// during the call.
+func (c *Classifier) Line(l lines.Line) {
+	c.num = l.Num
+	rank, rest := splitPrefixes(l.Text)
+	if bytes.IndexByte(rest, '#') >= 0 && (bHas(rest, "#015") || bHas(rest, "#033")) {
+		c.octalFrames(rest, rank, l.Text)
+		return
+	}
+	c.frame(rest, rank, l.Text)
+}
+
+// octalFrames handles a line on which carriage returns and escapes were
+// written as the literal text "#015" and "#033": it removes escape sequences
+// and treats each carriage-return-separated frame as a line of its own.
+func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
+	c.buf = c.buf[:0]
+	for i := 0; i < len(t); {
+		if t[i] == '#' && i+3 < len(t) && t[i+1] == '0' {
+			switch string(t[i+1 : i+4]) {
+			case "015":
+				c.buf = append(c.buf, '\r')
+				i += 4
+				continue
+			case "033":
+				i += 4
+				if i < len(t) && t[i] == '[' {
+					i++
+					for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
+						i++
+					}
+					if i < len(t) {
+						i++
+					}
+				} else if i < len(t) {
+					i++
+				}
+				continue
+			}
+		}
+		c.buf = append(c.buf, t[i])
+		i++
+	}
+	buf := c.buf
+	for len(buf) > 0 {
+		j := bytes.IndexByte(buf, '\r')
+		var fr []byte
+		if j < 0 {
+			fr, buf = buf, nil
+		} else {
+			fr, buf = buf[:j], buf[j+1:]
+		}
+		if len(trimSpace(fr)) > 0 {
+			c.frame(fr, rank, full)
+		}
+	}
+}
+
+// frame classifies one frame of a line: t is its text after the prefixes.
+func (c *Classifier) frame(t []byte, rank int, full []byte) {
+	if c.pend.active && c.continuePending(t, rank) {
+		return
+	}
+	if c.block.active && c.rootCauseLine(t, full) {
+		return
+	}
+	c.m.scan(t, &c.hits)
+	h := &c.hits
+	anchored := anchoredCandidate(t)
+	if h.empty() && !anchored && len(c.user) == 0 {
+		return
+	}
+	// Phase first: a progress bar glued to an error shows the phase the
+	// error happened in.
+	c.detectPhaseLine(t, h, anchored)
+	if h.any(&failureKeywords) || anchored {
+		if f, ok := c.detectFailure(t, h); ok {
+			c.record(f, rank, t, full)
+			if cur := c.cur; cur != nil && cur.wrapped != "" {
+				if cur.line == c.num {
+					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(cur.wrapped)), cur.wrapped...), f: cur}
+				}
+				cur.wrapped = ""
+			}
+		}
+	}
+}
+
+// anchoredCandidate says whether a line without keywords may still matter
+// for its shape at the start: a progress row starting with digits, a results
+// row starting with "all", or a short line in another script (a localized
+// "Killed").
+func anchoredCandidate(t []byte) bool {
+	tl := trimSpaceLeft(t)
+	if len(tl) == 0 {
+		return false
+	}
+	switch c := tl[0]; {
+	case asciiDigit(c):
+		return true
+	case c == 'a':
+		return bHasPrefix(tl, "all ")
+	case c >= 0x80:
+		return len(tl) <= 48
+	}
+	return false
+}
+
+// detectPhaseLine runs the phase detectors and applies what they find.
+func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
+	var r phaseHit
+	ok := false
+	if len(c.user) > 0 && !c.explicit {
+		if p, m := matchUser(c.user, t); m {
+			r, ok = newPhaseHit(p), true
+			if q, ok2 := detectPhase(t, h); ok2 {
+				// Keep the counters a built-in detector reads.
+				r.epoch, r.step, r.cur, r.tot, r.nan = q.epoch, q.step, q.cur, q.tot, q.nan
+			}
+		}
+	}
+	if !ok && (h.any(&phaseKeywords) || anchored) {
+		r, ok = detectPhase(t, h)
+	}
+	if !ok {
+		return
+	}
+	c.applyPhase(r)
+}
+
+func (c *Classifier) applyPhase(r phaseHit) {
+	if r.explicit {
+		c.explicit = true
+	}
+	p := r.phase
+	if c.explicit && !r.explicit {
+		p = c.phase // explicit markers rule; other lines only count steps
+	}
+	if r.combined && c.phase == PhaseVal && !c.valDone && (c.valEpoch < 0 || r.epoch < 0 || c.valEpoch == r.epoch) {
+		// Lightning 1.x: the epoch bar also counts validation batches.
+		p = PhaseVal
+	}
+	if p != PhaseNone && p != c.phase {
+		c.phase = p
+		c.addMark(PhaseMark{Line: c.num, Phase: p})
+		if p == PhaseVal {
+			c.valDone = false
+			c.valEpoch = c.epoch
+			if r.epoch >= 0 {
+				c.valEpoch = r.epoch
+			}
+		}
+		c.emit(Event{Type: EventPhase, Line: c.num, Phase: p})
+	}
+	if p == PhaseVal && r.done {
+		c.valDone = true
+	}
+	if c.trace != nil && p != PhaseNone {
+		c.trace(c.num, p)
+	}
+	if r.epoch >= 0 {
+		c.epoch = r.epoch
+	}
+	if p == PhaseTrain && r.step >= 0 {
+		c.step = r.step
+	} else if r.step >= 0 && (r.explicit || p == PhaseVal && r.cur < 0) {
+		c.step = r.step // a global step printed on a val line (fairseq's num_updates)
+	}
+	if (r.step >= 0 || r.epoch >= 0) && (c.step != c.evStep || c.epoch != c.evEpoch) && p == PhaseTrain {
+		c.evStep, c.evEpoch = c.step, c.epoch
+		c.emit(Event{Type: EventStep, Line: c.num, Step: c.step, Epoch: c.epoch})
+	}
+	// Progress: the position of this line in training.
+	pos := progress{epoch: r.epoch, step: r.step}
+	if pos.step < 0 {
+		pos.step = r.cur
+	}
+	if f := c.cur; f != nil && c.num > f.line {
+		if f.phase == PhaseNone && c.num <= f.adopt && p != PhaseNone {
+			f.phase = p
+			if f.step < 0 && p == PhaseTrain && r.step >= 0 {
+				f.step = r.step
+			}
+			if f.epoch < 0 && r.epoch >= 0 {
+				f.epoch = r.epoch
+			}
+		}
+		if (pos.step >= 0 || pos.epoch >= 0) && !r.nan {
+			c.tick(f, pos)
+		}
+	}
+	if pos.step >= 0 || pos.epoch >= 0 {
+		c.pos, c.havePos = pos, true
+	}
+}
+
+// tick counts the progress lines that follow a failure. Twice advancing
+// progress means training went on: the failure was handled.
+func (c *Classifier) tick(f *failure, pos progress) {
+	if !f.hasBase {
+		f.base, f.hasBase = pos, true
+		return
+	}
+	if !pos.after(f.base) {
+		return
+	}
+	f.base = pos
+	f.ticks++
+	if f.ticks >= 2 {
+		if len(c.handled) < 4 {
+			c.handled = append(c.handled, handledFailure{kind: f.kind, reason: f.reason, line: f.line})
+		}
+		c.cur = nil
+		c.pend = pendingMsg{}
+	}
+}
+
+func (c *Classifier) addMark(m PhaseMark) {
+	if len(c.marks) < maxPhaseMarks {
+		c.marks = append(c.marks, m)
+		return
+	}
+	// Keep the first half; slide the second half.
+	half := maxPhaseMarks / 2
+	copy(c.marks[half:], c.marks[half+1:])
+	c.marks[len(c.marks)-1] = m
+	c.marksDropped++
+}
+
+func (c *Classifier) emit(e Event) {
+	if c.opts.OnEvent != nil {
+		c.opts.OnEvent(e)
+	}
+}
+
+// record adopts a candidate failure found on the current line.
+func (c *Classifier) record(f failure, rank int, t, full []byte) {
+	if f.rank < 0 {
+		f.rank = rank
+	}
+	if f.rank < 0 {
+		f.rank = rankInText(t)
+	}
+	cur := c.cur
+	if cur != nil {
+		if f.class > cur.class {
+			c.pend = pendingMsg{}
+			c.adopt(f, t, full)
+			return
+		}
+		if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
+			c.merge(cur, &f)
+		}
+		return
+	}
+	c.adopt(f, t, full)
+}
+
+func (c *Classifier) adopt(f failure, t, full []byte) {
+	nf := f
+	nf.line, nf.lastLine = c.num, c.num
+	nf.text = boundedText(full, t)
+	nf.phase = c.phase
+	nf.step, nf.epoch = c.step, c.epoch
+	nf.adopt = c.num + 5
+	if c.havePos {
+		nf.base, nf.hasBase = c.pos, true
+	}
+	if nf.allowTable > 0 {
+		nf.allowTable = c.num + 8
+	}
+	c.cur = &nf
+	c.emit(Event{Type: EventFailure, Line: c.num, Kind: nf.kind, Text: nf.text})
+}
+
+// merge folds a later line of the same report into the current failure:
+// fields the first line did not show are taken from the later one.
+func (c *Classifier) merge(cur, f *failure) {
+	cur.lastLine = c.num
+	if cur.rank < 0 {
+		cur.rank = f.rank
+	}
+	if cur.host == "" {
+		cur.host = f.host
+	}
+	if cur.detail == "" {
+		cur.detail = f.detail
+	} else if f.detail != "" && f.family != cur.family && len(cur.detail) < 400 {
+		cur.detail += "; " + f.detail
+	}
+	if !f.lowConf {
+		cur.lowConf = false
+	}
+	if f.oom != nil {
+		if cur.oom == nil {
+			cur.oom = f.oom
+		} else if cur.oom.Format == f.oom.Format || cur.oom.Format == "nccl_cuda_oom" && f.oom.Format == "nccl_cuda_oom" {
+			fillOOM(cur.oom, f.oom)
+		}
+	}
+}
+
+// fillOOM copies into dst the figures src has and dst lacks.
+func fillOOM(dst, src *OOM) {
+	set := func(d **int64, s *int64) {
+		if *d == nil && s != nil {
+			*d = s
+		}
+	}
+	set(&dst.RequestedBytes, src.RequestedBytes)
+	set(&dst.TotalBytes, src.TotalBytes)
+	set(&dst.FreeBytes, src.FreeBytes)
+	set(&dst.InUseBytes, src.InUseBytes)
+	set(&dst.AllocatedBytes, src.AllocatedBytes)
+	set(&dst.ReservedUnallocatedBytes, src.ReservedUnallocatedBytes)
+	set(&dst.ReservedTotalBytes, src.ReservedTotalBytes)
+	set(&dst.PrivatePoolsBytes, src.PrivatePoolsBytes)
+	if dst.Device == nil {
+		dst.Device = src.Device
+	}
+	if dst.Exception == "" {
+		dst.Exception = src.Exception
+	}
+}
+
+// boundedText is the failure line for Verdict.Text: the whole line when it is
+// short, else a window of it starting a little before the message.
+func boundedText(full, t []byte) string {
+	s := trimSpace(full)
+	if len(s) <= maxText {
+		return string(bytes.ToValidUTF8(s, []byte("\uFFFD")))
+	}
+	w := trimSpace(t)
+	if len(w) > maxText {
+		w = w[:maxText]
+		for len(w) > 0 {
+			if r, size := utf8.DecodeLastRune(w); r == utf8.RuneError && size <= 1 {
+				w = w[:len(w)-1] // do not end inside a character
+				continue
+			}
+			break
+		}
+	}
+	return "…" + string(bytes.ToValidUTF8(w, []byte("\uFFFD")))
+}
+
+// continuePending appends a continuation line to a hard-wrapped OOM message.
+// It returns false (and ends the pending state) when t is not one.
+func (c *Classifier) continuePending(t []byte, rank int) bool {
+	p := &c.pend
+	if p.f != c.cur || rank != p.rank || p.lines >= maxPendingLines || !continuation(t) {
+		c.pend = pendingMsg{}
+		return false
+	}
+	p.lines++
+	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
+		p.buf = bytes.TrimRight(p.buf, " \t")
+		p.buf = append(p.buf, ' ')
+		t = trimSpaceLeft(t)
+	}
+	room := maxPendingBytes - len(p.buf)
+	if len(t) > room {
+		t = t[:room]
+	}
+	p.buf = append(p.buf, t...)
+	o := p.f.oom
+	keepExc := o.Exception
+	*o = OOM{Exception: keepExc}
+	p.f.extra = oomExtra{}
+	complete := parseTorchOOM(p.buf, o, &p.f.extra)
+	p.f.lastLine = c.num
+	if complete || len(p.buf) >= maxPendingBytes {
+		c.pend = pendingMsg{}
+	}
+	return true
+}
+
+// continuation says whether t may continue a wrapped message: not empty and
+// not the start of a new record of a traceback or a log.
+func continuation(t []byte) bool {
+	tl := trimSpace(t)
+	if len(tl) == 0 {
+		return false
+	}
+	for _, p := range [...]string{"Traceback", "File \"", "During handling", "The above exception", "Exception raised from", "frame #", "ERROR:", "INFO:", "WARNING:", "[W", "[E", "[I"} {
+		if bHasPrefix(tl, p) {
+			return false
+		}
+	}
+	// A new Python exception line: "SomethingError: ..."
+	if i := bytes.IndexByte(tl, ':'); i > 0 && i < 80 {
+		name := tl[:i]
+		if bytes.HasSuffix(name, []byte("Error")) || bytes.HasSuffix(name, []byte("Exception")) {
+			return false
+		}
+	}
+	return true
+}
+
+// rootCauseLine reads a line of torchrun's root-cause block. It returns true
+// when the line belonged to the block.
+func (c *Classifier) rootCauseLine(t, full []byte) bool {
+	b := &c.block
+	tl := trimSpace(t)
+	if c.num-b.line > 12 || bHasPrefix(tl, "====") {
+		c.block = rootCauseBlock{}
+		return len(tl) > 0 && tl[0] == '='
+	}
+	key, val, ok := blockField(tl)
+	if !ok {
+		return len(tl) > 0 && tl[0] == '[' // "[2]:" entry header
+	}
+	switch key {
+	case "rank":
+		if v, _, ok := scanInt(val); ok {
+			b.rank = int(v)
+		}
+	case "host":
+		b.host = string(val)
+	case "exitcode":
+		code, _, ok := scanInt(val)
+		if !ok {
+			return true
+		}
+		f := exitFailure(code, "torchrun")
+		if f.kind == KindNone {
+			return true
+		}
+		f.rank, f.host = b.rank, b.host
+		f.detail = "torchrun's root cause: rank " + itoa(int64(b.rank)) + " exited with code " + itoa(code)
+		if i := bIndex(val, "(pid: "); i >= 0 {
+			f.detail += " (pid " + string(trimSpace(bytes.TrimSuffix(val[i+len("(pid: "):], []byte(")")))) + ")"
+		}
+		c.record(f, b.rank, t, full)
+	case "traceback":
+		if bHas(val, "SIGKILL") || bHas(val, "Signal 9 ") {
+			if c.cur != nil && c.cur.kind == KindHostOOM && c.cur.family == "torchrun" {
+				c.cur.detail += "; " + string(val)
+			}
+		}
+	}
+	return true
+}
+
+// blockField splits "key      : value".
+func blockField(t []byte) (key string, val []byte, ok bool) {
+	i := bytes.IndexByte(t, ':')
+	if i <= 0 || i > 12 {
+		return "", nil, false
+	}
+	k := trimSpace(t[:i])
+	for _, s := range [...]string{"rank", "host", "exitcode", "traceback", "time", "error_file"} {
+		if string(k) == s {
+			return s, trimSpace(t[i+1:]), true
+		}
+	}
+	return "", nil, false
+}
+
+// Exit tells the classifier how the job's process ended (live only). The
+// Verdict uses it: a death by SIGKILL while the cgroup's OOM-kill counter
+// rose is a host OOM even when the job printed nothing; a job that exited 0
+// did not fail, whatever it printed.
+func (c *Classifier) Exit(e Exit) {
+	c.exit = &e
+}
+
+func itoa(v int64) string { return fmt.Sprint(v) }
