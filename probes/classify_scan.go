@@ -90,8 +90,8 @@ const (
 
 // kwEntry is one entry of the prefilter.
 type kwEntry struct {
-	id   kw
-	text string // lower case where asciiFold is set
+	id        kw
+	text      string // lower case where asciiFold is set
 	asciiFold bool   // match ASCII letters without regard to case
 }
 
