@@ -278,6 +278,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte) {
 	if c.block.active && c.rootCauseLine(t, full) {
 		return
 	}
+	if f := c.cur; f != nil && f.allowTable >= c.num && f.oom != nil && parseAllowedTable(t, f.oom) {
+		return // "Requested : 1.14 GiB" after "would exceed allowed memory"
+	}
 	c.m.scan(t, &c.hits)
 	h := &c.hits
 	anchored := anchoredCandidate(t)
@@ -316,6 +319,8 @@ func anchoredCandidate(t []byte) bool {
 		return bHasPrefix(tl, "all ")
 	case c >= 0x80:
 		return len(tl) <= 48
+	case len(tl) <= 24:
+		return localizedKilled[string(trimSpace(tl))]
 	}
 	return false
 }

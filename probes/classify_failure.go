@@ -11,6 +11,7 @@ import (
 
 // Failure classes: a stronger class replaces a weaker failure seen earlier.
 const (
+	classWrapper  = 0 // a launcher's report that a worker failed (torchrun's ChildFailedError)
 	classGeneric  = 1 // an exception or exit status that names no known cause
 	classSpecific = 2 // a known failure that is not memory
 	classMemory   = 3 // the job ran out of memory
@@ -44,11 +45,6 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwRootCause) && bHas(t, "Root Cause (first observed failure)") {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
-	}
-	if f := c.cur; f != nil && f.allowTable >= c.num && f.oom != nil {
-		if parseAllowedTable(t, f.oom) {
-			return failure{}, false
-		}
 	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) {
@@ -281,7 +277,14 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		f.detail = "srun: " + string(trimSpace(t))
 		return f, true
 	case bHasPrefix(after, " while trying to allocate") || bHasPrefix(after, " in memory space"):
-		f, o := gpuOOM(t, bIndex(t, "RESOURCE_EXHAUSTED"), "xla_resource_exhausted")
+		i := bIndex(t, "RESOURCE_EXHAUSTED")
+		if i < 0 {
+			i = indexFoldASCII(t, "resource exhausted")
+		}
+		if i < 0 {
+			i = at
+		}
+		f, o := gpuOOM(t, i, "xla_resource_exhausted")
 		if o.Exception == "" {
 			o.Exception = exceptionBefore(t, at)
 		}
@@ -516,6 +519,13 @@ func killedLine(t []byte) (failure, bool) {
 	return failure{}, false
 }
 
+// localizedKilled lists the shell's "Killed" in other languages (glibc's
+// translations of SIGKILL's name), for lines of their own.
+var localizedKilled = map[string]bool{
+	"已杀死": true, "已砍掉": true, "強制終了": true, "죽었음": true, "Getötet": true, "Processus arrêté": true,
+	"Terminado (killed)": true, "Ucciso": true, "Morto": true, "Убито": true, "Убит": true, "Unicestwiony": true,
+}
+
 // isAnchoredKilled recognises a localized shell "Killed" on a line of its
 // own: 已杀死 (zh_CN), 已砍掉 (zh_TW), 強制終了 (ja), 죽었음 (ko), Getötet
 // (de), Processus arrêté (fr), Terminado (killed) (es), Ucciso (it), Morto
@@ -525,12 +535,7 @@ func (c *Classifier) isAnchoredKilled(t []byte) bool {
 	if len(tt) == 0 || len(tt) > 48 {
 		return false
 	}
-	switch string(tt) {
-	case "已杀死", "已砍掉", "強制終了", "죽었음", "Getötet", "Processus arrêté", "Terminado (killed)",
-		"Ucciso", "Morto", "Убито", "Убит", "Unicestwiony":
-		return true
-	}
-	return false
+	return localizedKilled[string(tt)]
 }
 
 // exitFailure maps a worker's exit code as torchrun prints it (negative: the
@@ -776,7 +781,7 @@ func exceptionFailure(name string, msg []byte) failure {
 	case short == "FloatingPointError":
 		return crashFailure(classSpecific, "NaN or infinite loss ("+quoted+")", "nan_loss")
 	case short == "ChildFailedError":
-		return crashFailure(classGeneric, "a torchrun worker failed", "torchrun")
+		return crashFailure(classWrapper, "a torchrun worker failed", "torchrun")
 	case short == "DistBackendError" || bHas(msg, "NCCL error") || bHas(msg, "NCCL communicator"):
 		return crashFailure(classSpecific, "NCCL error ("+quoted+")", "nccl_error")
 	}

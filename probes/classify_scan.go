@@ -90,9 +90,9 @@ const (
 
 // kwEntry is one entry of the prefilter.
 type kwEntry struct {
-	id        kw
-	text      string // lower case where asciiFold is set
-	asciiFold bool   // match ASCII letters without regard to case
+	id   kw
+	text string // lower case where fold is set
+	fold bool   // match ASCII letters without regard to case
 }
 
 var kwTable = []kwEntry{
@@ -303,7 +303,7 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 			if start < 0 || start+len(a.k.text) > n {
 				continue
 			}
-			if a.k.asciiFold {
+			if a.k.fold {
 				if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
 					h.set(a.k.id, start)
 				}

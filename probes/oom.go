@@ -346,6 +346,9 @@ func parseAllowedTable(t []byte, o *OOM) bool {
 // in t ("torch.OutOfMemoryError: CUDA out of memory", "ResourceExhaustedError
 // (see above for traceback): OOM when ..."), or "".
 func exceptionBefore(t []byte, at int) string {
+	if at <= 0 || at > len(t) {
+		return ""
+	}
 	head := t[:at]
 	for k := 0; k < 3; k++ {
 		i := bytes.LastIndex(head, []byte("Error"))
