@@ -112,7 +112,7 @@ func TestGPUOOMForms(t *testing.T) {
 					t.Errorf("other processes %+v", o.OtherProcesses)
 				}
 				wantBytes(t, "private pools", o.PrivatePoolsBytes, 256*mib)
-				wantBytes(t, "in use", o.InUseBytes, rnd(10.51 * gib))
+				wantBytes(t, "in use", o.InUseBytes, rnd(10.51*gib))
 				if !v.OtherProcesses || !strings.Contains(v.Diagnosis, "process 1234 holds 12.00 GiB") || !strings.Contains(v.Diagnosis, "Inside a container") {
 					t.Errorf("diagnosis %q", v.Diagnosis)
 				}
@@ -127,8 +127,8 @@ func TestGPUOOMForms(t *testing.T) {
 			kind: KindGPUOOM, rank: -1, reason: "CUDA out of memory",
 			check: func(t *testing.T, v Verdict) {
 				o := v.OOM
-				wantBytes(t, "reserved total", o.ReservedTotalBytes, rnd(9.83 * gib))
-				wantBytes(t, "reserved unallocated (derived)", o.ReservedUnallocatedBytes, rnd(9.83 * gib)-rnd(9.61 * gib))
+				wantBytes(t, "reserved total", o.ReservedTotalBytes, rnd(9.83*gib))
+				wantBytes(t, "reserved unallocated (derived)", o.ReservedUnallocatedBytes, rnd(9.83*gib)-rnd(9.61*gib))
 				if o.Format != "old" || o.Exception != "RuntimeError" {
 					t.Errorf("format %q exception %q", o.Format, o.Exception)
 				}
@@ -136,7 +136,7 @@ func TestGPUOOMForms(t *testing.T) {
 		{name: "oldest form with cached", log: "RuntimeError: CUDA out of memory. Tried to allocate 1.96 GiB (GPU 0; 11.91 GiB total capacity; 7.22 GiB already allocated; 1.41 GiB free; 2.05 GiB cached)\n",
 			kind: KindGPUOOM, rank: -1, reason: "CUDA out of memory",
 			check: func(t *testing.T, v Verdict) {
-				wantBytes(t, "reserved unallocated", v.OOM.ReservedUnallocatedBytes, rnd(2.05 * gib))
+				wantBytes(t, "reserved unallocated", v.OOM.ReservedUnallocatedBytes, rnd(2.05*gib))
 				if !v.Fragmentation || !strings.Contains(v.Diagnosis, "enough to hold the whole request") {
 					t.Errorf("fragmentation %v: %q", v.Fragmentation, v.Diagnosis)
 				}
@@ -170,9 +170,9 @@ func TestGPUOOMForms(t *testing.T) {
 			check: func(t *testing.T, v Verdict) {
 				o := v.OOM
 				wantBytes(t, "requested", o.RequestedBytes, 20*mib)
-				wantBytes(t, "free", o.FreeBytes, rnd(3.25 * mib))
-				wantBytes(t, "total", o.TotalBytes, rnd(7.79 * gib))
-				wantBytes(t, "reserved unallocated", o.ReservedUnallocatedBytes, rnd(101.35 * mib))
+				wantBytes(t, "free", o.FreeBytes, rnd(3.25*mib))
+				wantBytes(t, "total", o.TotalBytes, rnd(7.79*gib))
+				wantBytes(t, "reserved unallocated", o.ReservedUnallocatedBytes, rnd(101.35*mib))
 				if v.Line != 1 {
 					t.Errorf("line %d, want the first line of the message", v.Line)
 				}
@@ -180,8 +180,8 @@ func TestGPUOOMForms(t *testing.T) {
 		{name: "wrapped at a space with indented continuation", log: "RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 7.80 GiB total capacity;\n    6.61 GiB already allocated; 196.56 MiB free; 6.95 GiB reserved in total by PyTorch)\n",
 			kind: KindGPUOOM, rank: -1,
 			check: func(t *testing.T, v Verdict) {
-				wantBytes(t, "allocated", v.OOM.AllocatedBytes, rnd(6.61 * gib))
-				wantBytes(t, "reserved total", v.OOM.ReservedTotalBytes, rnd(6.95 * gib))
+				wantBytes(t, "allocated", v.OOM.AllocatedBytes, rnd(6.61*gib))
+				wantBytes(t, "reserved total", v.OOM.ReservedTotalBytes, rnd(6.95*gib))
 			}},
 		{name: "CUDA error out of memory", log: "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call\n",
 			kind: KindGPUOOM, rank: -1, reason: "CUDA error: out of memory",
@@ -223,10 +223,10 @@ func TestGPUOOMForms(t *testing.T) {
 			kind: KindGPUOOM, rank: -1,
 			check: func(t *testing.T, v Verdict) {
 				o := v.OOM
-				wantBytes(t, "requested", o.RequestedBytes, rnd(1.14 * gib))
-				wantBytes(t, "allocated", o.AllocatedBytes, rnd(4.68 * gib))
-				wantBytes(t, "total", o.TotalBytes, rnd(23.68 * gib))
-				wantBytes(t, "free", o.FreeBytes, rnd(16.56 * mib))
+				wantBytes(t, "requested", o.RequestedBytes, rnd(1.14*gib))
+				wantBytes(t, "allocated", o.AllocatedBytes, rnd(4.68*gib))
+				wantBytes(t, "total", o.TotalBytes, rnd(23.68*gib))
+				wantBytes(t, "free", o.FreeBytes, rnd(16.56*mib))
 				if o.Device == nil || *o.Device != "device 0" {
 					t.Errorf("device %s", fmtPtr(o.Device))
 				}
@@ -234,8 +234,8 @@ func TestGPUOOMForms(t *testing.T) {
 		{name: "JAX attempting to reserve", log: "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Attempting to reserve 9.64G at the bottom of memory. That was not possible. There are 5.12G free, 0B reserved, and 5.12G reservable.\n",
 			kind: KindGPUOOM, rank: -1, reason: "XLA",
 			check: func(t *testing.T, v Verdict) {
-				wantBytes(t, "requested", v.OOM.RequestedBytes, rnd(9.64 * gib))
-				wantBytes(t, "free", v.OOM.FreeBytes, rnd(5.12 * gib))
+				wantBytes(t, "requested", v.OOM.RequestedBytes, rnd(9.64*gib))
+				wantBytes(t, "free", v.OOM.FreeBytes, rnd(5.12*gib))
 				if v.OOM.Exception != "jaxlib.xla_extension.XlaRuntimeError" {
 					t.Errorf("exception %q", v.OOM.Exception)
 				}
@@ -532,10 +532,10 @@ func TestFragmentedRule(t *testing.T) {
 		want    bool
 	}{
 		{rnd(15.82 * gib), rnd(3.95 * gib), true}, // a quarter of the request
-		{40 * mib, 306 * mib, true},                   // enough for the whole request
-		{2 * gib, 300 * mib, false},                   // under a fifth
-		{40 * mib, 200 * mib, false},                  // under the 256 MiB floor
-		{10 * gib, 2 * gib, true},                     // exactly a fifth
+		{40 * mib, 306 * mib, true},               // enough for the whole request
+		{2 * gib, 300 * mib, false},               // under a fifth
+		{40 * mib, 200 * mib, false},              // under the 256 MiB floor
+		{10 * gib, 2 * gib, true},                 // exactly a fifth
 	}
 	for _, c := range cases {
 		o := &OOM{RequestedBytes: &c.req, ReservedUnallocatedBytes: &c.ru}
