@@ -261,16 +261,19 @@ func (cs *ckptSpec) evaluate(f ckptFound, now time.Time, obs ckptObs) (Checkpoin
 	}
 	switch {
 	case fi.IsDir():
-		var files int
-		c.Size, c.ModTime, files = ckptTreeStat(f.path, fi)
 		if cs.marker != "" {
+			// The marker first: when it is done, the walk that follows sees
+			// at least what it covers.
 			ok, w := ckptMarkerDone(f.path, cs.marker)
+			c.Size, c.ModTime, _ = ckptTreeStat(f.path, fi)
 			c.Complete, c.Why = ok, why(w)
 			if ok {
 				return c, ckptRuleMarker
 			}
 			return c, ckptRuleNone
 		}
+		var files int
+		c.Size, c.ModTime, files = ckptTreeStat(f.path, fi)
 		if files == 0 {
 			c.Why = why("directory holds no files")
 			return c, ckptRuleNone

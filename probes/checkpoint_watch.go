@@ -65,7 +65,6 @@ type CheckpointWatcher struct {
 	// Owned by the loop (and by WatchCheckpoints before the loop starts).
 	entries   map[string]*ckptEntry // by checkpoint path
 	watched   map[string]bool       // directories handed to fsnotify
-	renameDir string                // directory of the event just before, when it was a Rename
 	warnedCap bool
 	live      bool         // the initial scan is over: completions are news
 	outbox    []Checkpoint // completions to send once Latest includes them
@@ -241,13 +240,13 @@ func (w *CheckpointWatcher) loop() {
 func (w *CheckpointWatcher) onEvent(ev fsnotify.Event) {
 	now := w.now()
 	name := filepath.Clean(ev.Name)
-	// inotify queues IN_MOVED_FROM and IN_MOVED_TO of one rename together:
-	// a Create right after a Rename in the same directory is its new name.
-	renamedInto := ev.Has(fsnotify.Create) && w.renameDir != "" && filepath.Dir(name) == w.renameDir
-	w.renameDir = ""
-	if ev.Has(fsnotify.Rename) {
-		w.renameDir = filepath.Dir(name)
-	}
+	// fsnotify pairs a rename's IN_MOVED_FROM and IN_MOVED_TO by cookie but
+	// keeps the old name unexported; Event.String shows it as
+	// `CREATE "new" ← "old"`. A Create without it (a plain create, or a
+	// rename from a directory nobody watches) is left to the other rules,
+	// so a change in that format can only make the watcher slower, never
+	// make it take a file still being written.
+	renamedInto := ev.Has(fsnotify.Create) && strings.Contains(ev.String(), `" ← "`)
 	if ev.Op == fsnotify.Chmod { // a delete shows as Chmod until the last fd closes
 		return
 	}
@@ -289,10 +288,10 @@ func (w *CheckpointWatcher) onEvent(ev fsnotify.Event) {
 			f = e.found
 		}
 		e = w.entry(f)
-		// Renamed into place counts for the checkpoint itself; a link
-		// renamed into place says nothing about its target.
-		e.renamed = renamedInto && f.path == name
-		e.lastEvent = now
+		if f.path == name { // a link (re)created says nothing about its target
+			e.renamed = renamedInto
+			e.lastEvent = now
+		}
 		w.update(e, now)
 		changed = true
 	case (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) && (matched || e != nil):
@@ -311,6 +310,7 @@ func (w *CheckpointWatcher) onEvent(ev fsnotify.Event) {
 			break
 		}
 		in.lastEvent = now
+		in.renamed = false // changed inside after its rename
 		rel, _ := filepath.Rel(in.found.path, name)
 		if (w.cs.marker != "" && rel == w.cs.marker) || in.cp.Complete {
 			w.update(in, now)

@@ -2,12 +2,16 @@ package probes
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,13 +27,15 @@ const waitLimit = 10 * time.Second
 
 // ckptRecorder collects what the watcher's test hooks report.
 type ckptRecorder struct {
-	mu       sync.Mutex
-	events   []fsnotify.Event
-	watches  []string
-	ticks    int
-	notify   chan struct{}
-	barriers int
+	mu      sync.Mutex
+	events  []fsnotify.Event
+	watches []string
+	ticks   int
+	notify  chan struct{}
 }
+
+// ckptBarriers numbers barrier files: each name is new, so each is a Create.
+var ckptBarriers atomic.Int64
 
 func newCkptRecorder() *ckptRecorder { return &ckptRecorder{notify: make(chan struct{}, 1)} }
 
@@ -128,10 +134,7 @@ func (r *ckptRecorder) waitTick(t *testing.T, m ckptMark) {
 // change made before it has been handled too.
 func (r *ckptRecorder) barrier(t *testing.T, dir string) {
 	t.Helper()
-	r.mu.Lock()
-	r.barriers++
-	name := filepath.Join(dir, fmt.Sprintf(".barrier-%d", r.barriers))
-	r.mu.Unlock()
+	name := filepath.Join(dir, fmt.Sprintf(".barrier-%d", ckptBarriers.Add(1)))
 	m := r.mark()
 	if err := os.WriteFile(name, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -271,6 +274,72 @@ func TestWatchRenameIntoPlaceIsCompleteAtOnce(t *testing.T) {
 	}
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
 	wantLatest(t, w, "step_1.pt")
+}
+
+// A file moved out of the directory followed by a plain create is not a
+// rename into place: the new file is still being written.
+func TestWatchMoveOutThenCreateIsNotARename(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "ckpt/notes.txt", "n", time.Time{})
+	if err := os.Mkdir(filepath.Join(dir, "elsewhere"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	if err := os.Rename(filepath.Join(dir, "ckpt", "notes.txt"), filepath.Join(dir, "elsewhere", "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "ckpt", "step_3.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("partial"); err != nil {
+		t.Fatal(err)
+	}
+	rec.barrier(t, filepath.Join(dir, "ckpt"))
+	wantLatest(t, w, "")
+	noUpdate(t, w)
+}
+
+// A last.ckpt link: its target's rules decide, and re-pointing the link
+// does not undo what was seen of the target.
+func TestWatchLastCkptLink(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{t: time.Now()}
+	rec := newCkptRecorder()
+
+	// Only the link matches: its target was not seen renamed, so it waits
+	// for quiet.
+	w := startWatch(t, dir, frozenSpec("ck/last.ckpt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	renameInto(t, dir, "ck/epoch=0-step=5.ckpt", "w5")
+	relink(t, filepath.Join(ck, "last.ckpt"), "epoch=0-step=5.ckpt")
+	rec.barrier(t, ck)
+	wantLatest(t, w, "")
+	clock.add(time.Hour)
+	c := waitUpdate(t, w, "epoch=0-step=5.ckpt")
+	if stepOf(c) != 5 || !strings.HasPrefix(c.Why, "via last.ckpt: no change for") {
+		t.Errorf("via link: %+v", c)
+	}
+
+	// Link and targets match: the target's rename counts, and re-pointing
+	// the link at it keeps it complete.
+	rec2 := newCkptRecorder()
+	w2 := startWatch(t, dir, frozenSpec("ck/*.ckpt"), nil, rec2.opts(ckptWatchOpts{now: clock.now}))
+	renameInto(t, dir, "ck/epoch=1-step=10.ckpt", "w10")
+	if c := waitUpdate(t, w2, "epoch=1-step=10.ckpt"); c.Why != "renamed into place" {
+		t.Errorf("target: %+v", c)
+	}
+	relink(t, filepath.Join(ck, "last.ckpt"), "epoch=1-step=10.ckpt")
+	rec2.barrier(t, ck)
+	if c := wantLatest(t, w2, "epoch=1-step=10.ckpt"); !strings.HasSuffix(c.Why, "renamed into place") {
+		t.Errorf("after re-pointing last.ckpt: %+v", c)
+	}
 }
 
 func TestWatchChunkedWriteIsCompleteOnlyWhenQuiet(t *testing.T) {
@@ -592,4 +661,63 @@ func snapshot(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// The watcher follows the example job (examples/train.py) as it runs: every
+// checkpoint it reports is complete JSON, each seen renamed into place.
+func TestWatchExampleJob(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not found: install python3 to run the example job")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "examples", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(filepath.Dir(script), "config.yaml")
+	dir := t.TempDir()
+	spec := CheckpointSpec{Globs: []string{"checkpoints/example/step_*.ckpt"}, Choose: "highest_step", Quiet: 10 * time.Second, Poll: time.Hour}
+	rec := newCkptRecorder()
+	w, err := watchCheckpoints(dir, spec, nil, rec.opts(ckptWatchOpts{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Checkpoint
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for c := range w.Updates() {
+			b, err := os.ReadFile(c.Path) // as soon as it is reported
+			var body struct{ Step int64 }
+			if err != nil || json.Unmarshal(b, &body) != nil || c.Step == nil || body.Step != *c.Step {
+				t.Errorf("reported %+v, but its contents are %q (%v)", c, b, err)
+			}
+			got = append(got, c)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "python3", script, "--config", config, "--steps", "60", "--batch-size", "16", "--grad-accum", "2")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "VAL_CROP_SIZE=256", "EXAMPLE_STEP_MS=1", "EXAMPLE_GPU_GIB=16", "EXAMPLE_HOST_GIB=8")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("example job: %v\n%s", err, out)
+	}
+	rec.barrier(t, filepath.Join(dir, "checkpoints", "example"))
+	c := wantLatest(t, w, "step_60.ckpt")
+	if c.Why != "renamed into place" || stepOf(c) != 60 {
+		t.Errorf("latest: %+v", c)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-collected
+	if len(got) == 0 {
+		t.Fatal("no updates while the job wrote 3 checkpoints")
+	}
+	for _, u := range got {
+		if u.Why != "renamed into place" {
+			t.Errorf("update %s: %s", u.Path, u.Why)
+		}
+	}
 }
