@@ -2,6 +2,7 @@ package probes
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,5 +287,54 @@ func TestScanSpecErrorsAndMissingDirectory(t *testing.T) {
 	c, ok, err = LatestCheckpoint(odd, CheckpointSpec{Globs: []string{abs}}, time.Now())
 	if err != nil || !ok || stepOf(c) != 4 {
 		t.Errorf("absolute glob %q: %+v %v %v", abs, c, ok, err)
+	}
+}
+
+// BenchmarkScanCheckpoints: one scan of 500 file checkpoints plus 50
+// directory checkpoints of 5 files each, with a JSON marker.
+//
+//	go test -run '^$' -bench ScanCheckpoints ./probes/
+func BenchmarkScanCheckpoints(b *testing.B) {
+	dir := b.TempDir()
+	past := time.Now().Add(-time.Hour)
+	for i := 0; i < 500; i++ {
+		p := filepath.Join(dir, "ck", fmt.Sprintf("step_%d.pt", i*100))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("weights"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		_ = os.Chtimes(p, past, past)
+	}
+	for i := 0; i < 50; i++ {
+		d := filepath.Join(dir, "out", fmt.Sprintf("checkpoint-%d", i*500))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []string{"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"} {
+			if err := os.WriteFile(filepath.Join(d, n), []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, "trainer_state.json"), []byte(`{"global_step": 1}`), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		spec CheckpointSpec
+	}{
+		{"files", CheckpointSpec{Globs: []string{"ck/step_*.pt"}, Choose: "highest_step"}},
+		{"marker-dirs", CheckpointSpec{Globs: []string{"out/checkpoint-*"}, Marker: "trainer_state.json"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			now := time.Now()
+			for b.Loop() {
+				if _, ok, err := LatestCheckpoint(dir, bc.spec, now); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
 	}
 }
