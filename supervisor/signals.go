@@ -1,0 +1,253 @@
+package supervisor
+
+import (
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ForwardedSignals are the signals gpuguard passes on to the job.
+var ForwardedSignals = []syscall.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+}
+
+// terminating reports whether sig asks the job to end: after one, gpuguard
+// never starts the command again.
+func terminating(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+		return true
+	}
+	return false
+}
+
+// SignalEvent says what gpuguard did with a signal it received.
+type SignalEvent struct {
+	Signal syscall.Signal
+	// Action is "forwarded" (passed once to the job), "killed" (a second
+	// SIGINT/SIGTERM: the job's tree was sent SIGKILL) or "no job" (none
+	// was running; for a terminating signal, none will be started).
+	Action string
+	Pid    int // the attempt's main child, 0 when none
+}
+
+// Signals receives the signals gpuguard gets during a run, across attempts,
+// and forwards them to the attempt attached at the moment: SIGINT, SIGTERM,
+// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded once each; a second
+// SIGINT or SIGTERM (in any order) sends SIGKILL to the whole tree instead;
+// SIGWINCH resizes the attempt's pty.
+//
+// In raw mode a ^C typed on the terminal is not a signal to gpuguard: it
+// reaches the job through the pty's line discipline, exactly once. The
+// attempt notices it in the input it copies, so Terminated reports it too.
+type Signals struct {
+	ch         chan os.Signal
+	quitLoop   chan struct{}
+	quitNotify chan struct{}
+	loopDone   chan struct{}
+	notifyDone chan struct{}
+	stopOnce   sync.Once
+
+	mu       sync.Mutex
+	att      *Attempt
+	last     *Attempt // most recent attempt attached, for typed interrupts
+	armed    bool     // an attempt is starting: keep signals for it
+	queued   []queuedSignal
+	term     syscall.Signal
+	intTerm  int
+	onSignal func(SignalEvent)
+	events   chan SignalEvent
+}
+
+type queuedSignal struct {
+	sig      syscall.Signal
+	escalate bool
+}
+
+// NotifySignals starts receiving the forwarded signals and SIGWINCH. Call
+// Stop when the run is over, to give them back their default behaviour.
+func NotifySignals() *Signals {
+	s := &Signals{
+		ch:         make(chan os.Signal, 64),
+		quitLoop:   make(chan struct{}),
+		quitNotify: make(chan struct{}),
+		loopDone:   make(chan struct{}),
+		notifyDone: make(chan struct{}),
+		events:     make(chan SignalEvent, 64),
+	}
+	sigs := []os.Signal{syscall.SIGWINCH}
+	for _, sig := range ForwardedSignals {
+		sigs = append(sigs, sig)
+	}
+	signal.Notify(s.ch, sigs...)
+	go s.loop()
+	go s.notify()
+	return s
+}
+
+// OnSignal sets a function told about each forwarded signal (for status
+// lines and events). It runs on its own goroutine, in order, so that a slow
+// terminal never delays forwarding; events are dropped if it falls far
+// behind.
+func (s *Signals) OnSignal(f func(SignalEvent)) {
+	s.mu.Lock()
+	s.onSignal = f
+	s.mu.Unlock()
+}
+
+// Arm marks the start of an attempt: signals received from now until Attach
+// are kept and forwarded to the attempt Attach names, so that none is lost
+// while the child is being started. Call it before checking Terminated.
+func (s *Signals) Arm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed, s.queued = true, nil
+}
+
+// Attach makes a the attempt that signals go to from now on, first
+// forwarding what arrived since Arm; nil detaches (signals received then are
+// recorded, not forwarded, and what Arm kept is dropped).
+func (s *Signals) Attach(a *Attempt) {
+	s.mu.Lock()
+	s.att = a
+	if a != nil {
+		s.last = a
+	}
+	q := s.queued
+	s.armed, s.queued = false, nil
+	s.mu.Unlock()
+	if a == nil {
+		return
+	}
+	for _, qs := range q {
+		s.act(a, qs.sig, qs.escalate)
+	}
+}
+
+// Terminated reports the first terminating signal (SIGINT, SIGTERM, SIGHUP,
+// SIGQUIT) gpuguard received, or that was typed into the job's terminal in
+// raw mode. After one, the attempt loop must not start the command again.
+func (s *Signals) Terminated() (syscall.Signal, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.term != 0 {
+		return s.term, true
+	}
+	if s.last != nil {
+		if sig := s.last.TypedInterrupt(); sig != 0 {
+			return sig, true
+		}
+	}
+	return 0, false
+}
+
+// Stop restores the default handling of the signals and ends forwarding,
+// after OnSignal has been told about every signal handled.
+func (s *Signals) Stop() {
+	s.stopOnce.Do(func() {
+		signal.Stop(s.ch)
+		close(s.quitLoop)
+		<-s.loopDone
+		close(s.quitNotify)
+		<-s.notifyDone
+	})
+}
+
+func (s *Signals) loop() {
+	defer close(s.loopDone)
+	for {
+		select {
+		case <-s.quitLoop:
+			return
+		case sig := <-s.ch:
+			s.handle(sig.(syscall.Signal))
+		}
+	}
+}
+
+func (s *Signals) handle(sig syscall.Signal) {
+	s.mu.Lock()
+	a := s.att
+	if sig == syscall.SIGWINCH {
+		s.mu.Unlock()
+		if a != nil {
+			a.Resize()
+		}
+		return
+	}
+	if terminating(sig) && s.term == 0 {
+		s.term = sig
+	}
+	escalate := false
+	if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+		s.intTerm++
+		escalate = s.intTerm >= 2
+	}
+	if a == nil && s.armed {
+		s.queued = append(s.queued, queuedSignal{sig, escalate})
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.act(a, sig, escalate)
+}
+
+// act forwards sig to a (or kills a's tree), and queues the event.
+func (s *Signals) act(a *Attempt, sig syscall.Signal, escalate bool) {
+	ev := SignalEvent{Signal: sig}
+	switch {
+	case a == nil:
+		ev.Action = "no job"
+	case escalate:
+		ev.Action, ev.Pid = "killed", a.PID()
+		a.Kill("second " + signalName(sig))
+	default:
+		ev.Action, ev.Pid = "forwarded", a.PID()
+		a.Signal(sig)
+	}
+	select {
+	case s.events <- ev:
+	default:
+	}
+}
+
+func (s *Signals) notify() {
+	defer close(s.notifyDone)
+	for {
+		select {
+		case <-s.quitNotify:
+			// Deliver what is queued, then stop.
+			for {
+				select {
+				case ev := <-s.events:
+					s.deliver(ev)
+				default:
+					return
+				}
+			}
+		case ev := <-s.events:
+			s.deliver(ev)
+		}
+	}
+}
+
+func (s *Signals) deliver(ev SignalEvent) {
+	s.mu.Lock()
+	f := s.onSignal
+	s.mu.Unlock()
+	if f != nil {
+		f(ev)
+	}
+}
+
+// signalName is "SIGINT" for SIGINT.
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return "signal " + strconv.Itoa(int(sig))
+}

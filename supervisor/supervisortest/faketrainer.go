@@ -1,0 +1,308 @@
+// Package supervisortest provides a fake training program for tests of the
+// supervisor and of the gpuguard command: a test binary re-executes itself
+// and calls FakeTrainer, which behaves as the mode in its arguments says.
+package supervisortest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Modes, the first argument of FakeTrainer:
+//
+//	print N             N lines "line i" on stdout
+//	mixed               the output of Mixed, with stdout and stderr interleaved
+//	tqdm N              N progress frames redrawn with '\r', then a newline
+//	bigline BYTES       BYTES of 'x' without a newline
+//	notrail TEXT        TEXT without a newline
+//	flood N             N numbered 100-byte lines, then "END"
+//	exit N              exit with status N
+//	kill SIG            die of signal SIG (a name such as TERM, or a number)
+//	ignoreterm READY    ignore SIGTERM, create file READY, wait to be killed
+//	record FILE [PIDS]  write "ready" to FILE, then the name of each signal
+//	                    received (INT TERM HUP QUIT USR1 USR2), one a line;
+//	                    exit 0 at end of stdin. With PIDS, start the
+//	                    grandchildren of tree first.
+//	tree PIDS [exit]    start a grandchild and a grandchild in a session of
+//	                    its own (both ignore SIGHUP and print nothing), write
+//	                    "GC SGC" (their pids) to file PIDS, then wait to be
+//	                    killed, or exit 0 at once with "exit"
+//	sleep               ignore SIGHUP, write a byte to fd 3 (when open), and
+//	                    wait to be killed (a grandchild)
+//	stdin               copy stdin to stdout until end of file
+//	printenv NAME...    "NAME=value" or "NAME unset" for each NAME
+//	istty               "stdin=B stdout=B stderr=B": which are terminals
+//	winsize [wait]      "size ROWS COLS" of stdout's terminal; with wait,
+//	                    again after one SIGWINCH
+//
+// self is the argv that runs FakeTrainer again (grandchildren use it).
+// FakeTrainer returns the exit status.
+func FakeTrainer(self []string, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "fake-trainer: no mode")
+		return 2
+	}
+	mode, args := args[0], args[1:]
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	num := func(i int) int {
+		n, err := strconv.Atoi(arg(i))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fake-trainer %s: bad number %q\n", mode, arg(i))
+			os.Exit(2)
+		}
+		return n
+	}
+	switch mode {
+	case "print":
+		var b bytes.Buffer
+		for i := 1; i <= num(0); i++ {
+			fmt.Fprintf(&b, "line %d\n", i)
+		}
+		os.Stdout.Write(b.Bytes())
+	case "mixed":
+		for _, p := range Mixed {
+			w := os.Stdout
+			if p.Stream == 2 {
+				w = os.Stderr
+			}
+			w.WriteString(p.Text)
+		}
+	case "tqdm":
+		n := num(0)
+		for i := 0; i <= n; i++ {
+			fmt.Fprintf(os.Stdout, "\r%3d%%|%-20s| %d/%d", i*100/n, strings.Repeat("#", i*20/n), i, n)
+		}
+		os.Stdout.WriteString("\n")
+	case "bigline":
+		chunk := bytes.Repeat([]byte{'x'}, 64<<10)
+		for left := num(0); left > 0; {
+			k := min(left, len(chunk))
+			if _, err := os.Stdout.Write(chunk[:k]); err != nil {
+				return 1
+			}
+			left -= k
+		}
+	case "notrail":
+		os.Stdout.WriteString(arg(0))
+	case "flood":
+		var b bytes.Buffer
+		for i := 1; i <= num(0); i++ {
+			fmt.Fprintf(&b, "flood %08d %s\n", i, strings.Repeat("y", 84))
+		}
+		b.WriteString("END\n")
+		os.Stdout.Write(b.Bytes())
+	case "exit":
+		return num(0)
+	case "kill":
+		sig := parseSignal(arg(0))
+		signal.Reset(sig)
+		syscall.Kill(os.Getpid(), sig)
+		time.Sleep(10 * time.Second) // the signal arrives first
+		return 99
+	case "ignoreterm":
+		signal.Ignore(syscall.SIGTERM)
+		touch(arg(0), "ready\n")
+		waitForever()
+	case "record":
+		return record(self, arg(0), arg(1))
+	case "tree":
+		if err := spawnTree(self, arg(0)); err != nil {
+			fmt.Fprintln(os.Stderr, "fake-trainer tree:", err)
+			return 2
+		}
+		if arg(1) == "exit" {
+			return 0
+		}
+		waitForever()
+	case "sleep":
+		signal.Ignore(syscall.SIGHUP)
+		if ready := os.NewFile(3, "ready"); ready != nil {
+			ready.Write([]byte{'.'}) // spawnTree waits for this
+			ready.Close()
+		}
+		waitForever()
+	case "stdin":
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "fake-trainer stdin:", err)
+			return 1
+		}
+	case "printenv":
+		for _, name := range args {
+			if v, ok := os.LookupEnv(name); ok {
+				fmt.Printf("%s=%s\n", name, v)
+			} else {
+				fmt.Printf("%s unset\n", name)
+			}
+		}
+	case "istty":
+		isatty := func(f *os.File) bool {
+			_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+			return err == nil
+		}
+		fmt.Printf("stdin=%v stdout=%v stderr=%v\n", isatty(os.Stdin), isatty(os.Stdout), isatty(os.Stderr))
+	case "winsize":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGWINCH)
+		printSize := func() {
+			ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
+			if err != nil {
+				fmt.Printf("size error %v\n", err)
+				return
+			}
+			fmt.Printf("size %d %d\n", ws.Row, ws.Col)
+		}
+		printSize()
+		if arg(0) == "wait" {
+			<-ch
+			printSize()
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "fake-trainer: unknown mode %q\n", mode)
+		return 2
+	}
+	return 0
+}
+
+// Piece is one write of the mixed mode.
+type Piece struct {
+	Stream int // 1 stdout, 2 stderr
+	Text   string
+}
+
+// Mixed is what the mixed mode writes, in order: plain lines, colour codes,
+// tqdm-style '\r' redraws, stderr lines, and a last line without a newline.
+var Mixed = []Piece{
+	{1, "Epoch 1/3\n"},
+	{1, "\x1b[32mINFO\x1b[0m loading data\n"},
+	{2, "warning: something on stderr\n"},
+	{1, "\r  0%|          | 0/4"},
+	{1, "\r 50%|#####     | 2/4"},
+	{1, "\r100%|##########| 4/4\n"},
+	{2, "stderr without newline, "},
+	{2, "then completed\n"},
+	{1, "loss=0.25 step=4\n"},
+	{1, "\n"},
+	{1, "last line without newline"},
+}
+
+// MixedStreams returns what Mixed writes to stdout, to stderr, and to both
+// in order.
+func MixedStreams() (stdout, stderr, combined string) {
+	var o, e, c strings.Builder
+	for _, p := range Mixed {
+		if p.Stream == 1 {
+			o.WriteString(p.Text)
+		} else {
+			e.WriteString(p.Text)
+		}
+		c.WriteString(p.Text)
+	}
+	return o.String(), e.String(), c.String()
+}
+
+var signalNames = map[os.Signal]string{
+	syscall.SIGINT: "INT", syscall.SIGTERM: "TERM", syscall.SIGHUP: "HUP",
+	syscall.SIGQUIT: "QUIT", syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2",
+}
+
+func record(self []string, file, pids string) int {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake-trainer record:", err)
+		return 2
+	}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		for sig := range ch {
+			f.WriteString(signalNames[sig] + "\n")
+		}
+	}()
+	if pids != "" {
+		if err := spawnTree(self, pids); err != nil {
+			fmt.Fprintln(os.Stderr, "fake-trainer record:", err)
+			return 2
+		}
+	}
+	f.WriteString("ready\n")
+	io.Copy(io.Discard, os.Stdin)
+	signal.Stop(ch)
+	return 0
+}
+
+// spawnTree starts the two grandchildren and writes their pids to file
+// (atomically: a reader never sees half of it).
+func spawnTree(self []string, file string) error {
+	start := func(setsid bool) (int, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, err
+		}
+		defer r.Close()
+		cmd := exec.Command(self[0], append(append([]string(nil), self[1:]...), "sleep")...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.ExtraFiles = []*os.File{w}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
+		err = cmd.Start()
+		w.Close()
+		if err != nil {
+			return 0, err
+		}
+		// Wait until it ignores SIGHUP: the pty's hangup must not be what
+		// kills it.
+		if _, err := r.Read(make([]byte, 1)); err != nil {
+			return 0, fmt.Errorf("grandchild %d did not start: %v", cmd.Process.Pid, err)
+		}
+		return cmd.Process.Pid, nil
+	}
+	gc, err := start(false)
+	if err != nil {
+		return err
+	}
+	sgc, err := start(true)
+	if err != nil {
+		return err
+	}
+	touch(file, fmt.Sprintf("%d %d\n", gc, sgc))
+	return nil
+}
+
+// touch writes content to file atomically.
+func touch(file, content string) {
+	tmp := filepath.Join(filepath.Dir(file), "."+filepath.Base(file)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err == nil {
+		os.Rename(tmp, file)
+	}
+}
+
+func waitForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func parseSignal(s string) syscall.Signal {
+	if n, err := strconv.Atoi(s); err == nil {
+		return syscall.Signal(n)
+	}
+	if sig := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); sig != 0 {
+		return sig
+	}
+	return syscall.SIGTERM
+}
