@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// writeFile writes body at dir/rel (creating parents) and sets its
+// ckptWriteFile writes body at dir/rel (creating parents) and sets its
 // modification time to mod unless mod is zero.
-func writeFile(t *testing.T, dir, rel, body string, mod time.Time) string {
+func ckptWriteFile(t *testing.T, dir, rel, body string, mod time.Time) string {
 	t.Helper()
 	p := filepath.Join(dir, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -29,7 +29,7 @@ func writeFile(t *testing.T, dir, rel, body string, mod time.Time) string {
 	return p
 }
 
-func stepOf(c Checkpoint) int64 {
+func ckptStepOf(c Checkpoint) int64 {
 	if c.Step == nil {
 		return -1
 	}
@@ -69,7 +69,7 @@ func TestCheckpointStep(t *testing.T) {
 func TestScanChunkedWriteIsNotChosenUntilQuiet(t *testing.T) {
 	dir := t.TempDir()
 	past := time.Now().Add(-time.Hour)
-	writeFile(t, dir, "ckpt/step_100.pt", "old weights", past)
+	ckptWriteFile(t, dir, "ckpt/step_100.pt", "old weights", past)
 	spec := CheckpointSpec{Globs: []string{"ckpt/step_*.pt"}, Quiet: 30 * time.Second}
 
 	f, err := os.Create(filepath.Join(dir, "ckpt", "step_200.pt"))
@@ -104,7 +104,7 @@ func TestScanChunkedWriteIsNotChosenUntilQuiet(t *testing.T) {
 		t.Errorf("checkpoint being written: %+v", w)
 	}
 	c, ok, _ := LatestCheckpoint(dir, spec, mod.Add(30*time.Second))
-	if !ok || filepath.Base(c.Path) != "step_200.pt" || !c.Complete || stepOf(c) != 200 || !strings.HasPrefix(c.Why, "no change for 30s") {
+	if !ok || filepath.Base(c.Path) != "step_200.pt" || !c.Complete || ckptStepOf(c) != 200 || !strings.HasPrefix(c.Why, "no change for 30s") {
 		t.Errorf("after 30s quiet: %+v, want step_200.pt complete", c)
 	}
 	if c.Path != filepath.Join(dir, "ckpt", "step_200.pt") {
@@ -119,7 +119,7 @@ func TestScanChunkedWriteIsNotChosenUntilQuiet(t *testing.T) {
 
 func TestScanEmptyFileIsNeverComplete(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, "step_1.pt", "", time.Now().Add(-time.Hour))
+	ckptWriteFile(t, dir, "step_1.pt", "", time.Now().Add(-time.Hour))
 	all, err := ScanCheckpoints(dir, CheckpointSpec{Globs: []string{"*.pt"}}, time.Now())
 	if err != nil || len(all) != 1 || all[0].Complete || all[0].Why != "empty file" {
 		t.Fatalf("empty file: %+v %v", all, err)
@@ -131,8 +131,8 @@ func TestScanEmptyFileIsNeverComplete(t *testing.T) {
 func TestScanMarkerDirectory(t *testing.T) {
 	dir := t.TempDir()
 	past := time.Now().Add(-time.Hour)
-	writeFile(t, dir, "out/checkpoint-500/model.safetensors", strings.Repeat("m", 1000), past)
-	writeFile(t, dir, "out/checkpoint-500/optimizer.pt", strings.Repeat("o", 500), past)
+	ckptWriteFile(t, dir, "out/checkpoint-500/model.safetensors", strings.Repeat("m", 1000), past)
+	ckptWriteFile(t, dir, "out/checkpoint-500/optimizer.pt", strings.Repeat("o", 500), past)
 	spec := CheckpointSpec{Globs: []string{"out/checkpoint-*"}, Marker: "trainer_state.json"}
 	later := time.Now().Add(24 * time.Hour)
 
@@ -143,16 +143,16 @@ func TestScanMarkerDirectory(t *testing.T) {
 			t.Fatalf("scan: %+v %v", all, err)
 		}
 		c := all[0]
-		if c.Complete != wantComplete || c.Why != wantWhy || stepOf(c) != 500 {
+		if c.Complete != wantComplete || c.Why != wantWhy || ckptStepOf(c) != 500 {
 			t.Fatalf("got %+v, want complete=%v why %q", c, wantComplete, wantWhy)
 		}
 		return c
 	}
 	check(false, "marker trainer_state.json missing")
 	state := `{"global_step": 500, "log_history": [{"loss": 0.5}]}`
-	writeFile(t, dir, "out/checkpoint-500/trainer_state.json", state[:20], time.Time{})
+	ckptWriteFile(t, dir, "out/checkpoint-500/trainer_state.json", state[:20], time.Time{})
 	check(false, "marker trainer_state.json is not complete JSON yet")
-	writeFile(t, dir, "out/checkpoint-500/trainer_state.json", state, time.Time{})
+	ckptWriteFile(t, dir, "out/checkpoint-500/trainer_state.json", state, time.Time{})
 	c := check(true, "marker trainer_state.json present")
 	if c.Size != int64(1500+len(state)) {
 		t.Errorf("size %d, want the tree's %d", c.Size, 1500+len(state))
@@ -163,8 +163,8 @@ func TestScanMarkerDirectory(t *testing.T) {
 
 	// Without a marker, a directory is judged by the newest mtime in its tree.
 	spec.Marker = ""
-	writeFile(t, dir, "out/checkpoint-600/sub/shard-0.bin", "x", past)
-	writeFile(t, dir, "out/checkpoint-600/sub/shard-1.bin", "y", time.Time{}) // just now
+	ckptWriteFile(t, dir, "out/checkpoint-600/sub/shard-0.bin", "x", past)
+	ckptWriteFile(t, dir, "out/checkpoint-600/sub/shard-1.bin", "y", time.Time{}) // just now
 	all, _ := ScanCheckpoints(dir, spec, time.Now())
 	for _, c := range all {
 		if filepath.Base(c.Path) == "checkpoint-600" && c.Complete {
@@ -180,10 +180,10 @@ func TestScanMarkerDirectory(t *testing.T) {
 func TestScanChooseNewestVersusHighestStep(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
-	writeFile(t, dir, "ck/step_1000.pt", "a", now.Add(-2*time.Hour)) // highest step, older
-	writeFile(t, dir, "ck/step_900.pt", "b", now.Add(-time.Hour))    // newest
-	writeFile(t, dir, "ck/best.pt", "c", now.Add(-3*time.Hour))      // no step
-	writeFile(t, dir, "ck/step_5000.pt", "d", now)                   // highest, still being written
+	ckptWriteFile(t, dir, "ck/step_1000.pt", "a", now.Add(-2*time.Hour)) // highest step, older
+	ckptWriteFile(t, dir, "ck/step_900.pt", "b", now.Add(-time.Hour))    // newest
+	ckptWriteFile(t, dir, "ck/best.pt", "c", now.Add(-3*time.Hour))      // no step
+	ckptWriteFile(t, dir, "ck/step_5000.pt", "d", now)                   // highest, still being written
 	spec := CheckpointSpec{Globs: []string{"ck/*.pt"}}
 
 	for choose, want := range map[string]string{"": "step_900.pt", "newest": "step_900.pt", "highest_step": "step_1000.pt"} {
@@ -210,13 +210,13 @@ func TestScanChooseNewestVersusHighestStep(t *testing.T) {
 func TestScanSymlinkLastCkpt(t *testing.T) {
 	dir := t.TempDir()
 	past := time.Now().Add(-time.Hour)
-	writeFile(t, dir, "ck/epoch=2-step=300.ckpt", "weights", past)
+	ckptWriteFile(t, dir, "ck/epoch=2-step=300.ckpt", "weights", past)
 	if err := os.Symlink("epoch=2-step=300.ckpt", filepath.Join(dir, "ck", "last.ckpt")); err != nil {
 		t.Fatal(err)
 	}
 	spec := CheckpointSpec{Globs: []string{"ck/last.ckpt"}}
 	c, ok, err := LatestCheckpoint(dir, spec, time.Now())
-	if err != nil || !ok || c.Path != filepath.Join(dir, "ck", "epoch=2-step=300.ckpt") || stepOf(c) != 300 ||
+	if err != nil || !ok || c.Path != filepath.Join(dir, "ck", "epoch=2-step=300.ckpt") || ckptStepOf(c) != 300 ||
 		c.Size != 7 || !strings.HasPrefix(c.Why, "via last.ckpt: no change for") {
 		t.Fatalf("last.ckpt: %+v %v %v", c, ok, err)
 	}
@@ -227,15 +227,15 @@ func TestScanSymlinkLastCkpt(t *testing.T) {
 	}
 
 	// A link to a file still being written is not complete.
-	writeFile(t, dir, "ck/epoch=3-step=400.ckpt", "new weights", time.Time{})
-	relink(t, filepath.Join(dir, "ck", "last.ckpt"), "epoch=3-step=400.ckpt")
+	ckptWriteFile(t, dir, "ck/epoch=3-step=400.ckpt", "new weights", time.Time{})
+	ckptRelink(t, filepath.Join(dir, "ck", "last.ckpt"), "epoch=3-step=400.ckpt")
 	spec.Globs = []string{"ck/last.ckpt"}
 	all, _ = ScanCheckpoints(dir, spec, time.Now())
-	if len(all) != 1 || all[0].Complete || stepOf(all[0]) != 400 {
+	if len(all) != 1 || all[0].Complete || ckptStepOf(all[0]) != 400 {
 		t.Errorf("link to a fresh file: %+v", all)
 	}
 	// A dangling link is listed, incomplete.
-	relink(t, filepath.Join(dir, "ck", "last.ckpt"), "epoch=9-step=900.ckpt")
+	ckptRelink(t, filepath.Join(dir, "ck", "last.ckpt"), "epoch=9-step=900.ckpt")
 	all, _ = ScanCheckpoints(dir, spec, time.Now())
 	if len(all) != 1 || all[0].Complete || all[0].Path != filepath.Join(dir, "ck", "last.ckpt") ||
 		!strings.Contains(all[0].Why, "does not exist") {
@@ -243,7 +243,7 @@ func TestScanSymlinkLastCkpt(t *testing.T) {
 	}
 }
 
-func relink(t *testing.T, link, target string) {
+func ckptRelink(t *testing.T, link, target string) {
 	t.Helper()
 	tmp := link + ".tmp"
 	if err := os.Symlink(target, tmp); err != nil {
@@ -277,15 +277,15 @@ func TestScanSpecErrorsAndMissingDirectory(t *testing.T) {
 	}
 	// Absolute globs ignore dir; a dir with glob metacharacters is taken literally.
 	odd := filepath.Join(dir, "run[1]*")
-	writeFile(t, odd, "ck/step_3.pt", "w", time.Now().Add(-time.Hour))
-	writeFile(t, dir, "run1x/ck/step_4.pt", "w", time.Now().Add(-time.Hour))
+	ckptWriteFile(t, odd, "ck/step_3.pt", "w", time.Now().Add(-time.Hour))
+	ckptWriteFile(t, dir, "run1x/ck/step_4.pt", "w", time.Now().Add(-time.Hour))
 	c, ok, err := LatestCheckpoint(odd, CheckpointSpec{Globs: []string{"ck/*.pt"}}, time.Now())
-	if err != nil || !ok || stepOf(c) != 3 {
+	if err != nil || !ok || ckptStepOf(c) != 3 {
 		t.Errorf("glob ck/*.pt under %q: %+v %v %v", odd, c, ok, err)
 	}
 	abs := filepath.Join(dir, "run1x", "ck", "*.pt")
 	c, ok, err = LatestCheckpoint(odd, CheckpointSpec{Globs: []string{abs}}, time.Now())
-	if err != nil || !ok || stepOf(c) != 4 {
+	if err != nil || !ok || ckptStepOf(c) != 4 {
 		t.Errorf("absolute glob %q: %+v %v %v", abs, c, ok, err)
 	}
 }

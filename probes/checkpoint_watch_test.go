@@ -21,9 +21,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// waitLimit bounds every wait on the watcher so that a bug fails the test
+// ckptWaitLimit bounds every wait on the watcher so that a bug fails the test
 // with a message instead of hanging it. Waits end on events, not on time.
-const waitLimit = 10 * time.Second
+const ckptWaitLimit = 10 * time.Second
 
 // ckptRecorder collects what the watcher's test hooks report.
 type ckptRecorder struct {
@@ -80,7 +80,7 @@ func (r *ckptRecorder) mark() ckptMark {
 // waitFor waits until cond (called under the lock) holds.
 func (r *ckptRecorder) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(waitLimit)
+	deadline := time.NewTimer(ckptWaitLimit)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
@@ -142,26 +142,26 @@ func (r *ckptRecorder) barrier(t *testing.T, dir string) {
 	r.waitEvent(t, m, name, fsnotify.Create)
 }
 
-// testClock is the quiet rule's clock: frozen unless a test moves it, so
+// ckptClock is the quiet rule's clock: frozen unless a test moves it, so
 // that a checkpoint being written can never pass for quiet by accident.
-type testClock struct {
+type ckptClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func (c *testClock) now() time.Time {
+func (c *ckptClock) now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *testClock) add(d time.Duration) {
+func (c *ckptClock) add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
 
-func startWatch(t *testing.T, dir string, spec CheckpointSpec, log *zap.Logger, o ckptWatchOpts) *CheckpointWatcher {
+func ckptStartWatch(t *testing.T, dir string, spec CheckpointSpec, log *zap.Logger, o ckptWatchOpts) *CheckpointWatcher {
 	t.Helper()
 	w, err := watchCheckpoints(dir, spec, log, o)
 	if err != nil {
@@ -175,10 +175,10 @@ func startWatch(t *testing.T, dir string, spec CheckpointSpec, log *zap.Logger, 
 	return w
 }
 
-// waitUpdate reads Updates until a checkpoint with base name base arrives.
-func waitUpdate(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
+// ckptWaitUpdate reads Updates until a checkpoint with base name base arrives.
+func ckptWaitUpdate(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
 	t.Helper()
-	deadline := time.NewTimer(waitLimit)
+	deadline := time.NewTimer(ckptWaitLimit)
 	defer deadline.Stop()
 	for {
 		select {
@@ -199,7 +199,7 @@ func waitUpdate(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
 	}
 }
 
-func noUpdate(t *testing.T, w *CheckpointWatcher) {
+func ckptNoUpdate(t *testing.T, w *CheckpointWatcher) {
 	t.Helper()
 	select {
 	case c := <-w.Updates():
@@ -208,7 +208,7 @@ func noUpdate(t *testing.T, w *CheckpointWatcher) {
 	}
 }
 
-func wantLatest(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
+func ckptWantLatest(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
 	t.Helper()
 	c, ok := w.Latest()
 	if base == "" {
@@ -223,9 +223,9 @@ func wantLatest(t *testing.T, w *CheckpointWatcher, base string) Checkpoint {
 	return c
 }
 
-// renameInto writes body to a temp name in the same directory and renames
+// ckptRenameInto writes body to a temp name in the same directory and renames
 // it to rel, as torch.save-then-rename and the example job do.
-func renameInto(t *testing.T, dir, rel, body string) {
+func ckptRenameInto(t *testing.T, dir, rel, body string) {
 	t.Helper()
 	p := filepath.Join(dir, rel)
 	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
@@ -237,28 +237,28 @@ func renameInto(t *testing.T, dir, rel, body string) {
 	}
 }
 
-func frozenSpec(globs ...string) CheckpointSpec {
+func ckptFrozenSpec(globs ...string) CheckpointSpec {
 	return CheckpointSpec{Globs: globs, Quiet: 40 * time.Millisecond, Poll: time.Hour}
 }
 
 func TestWatchRenameIntoPlaceIsCompleteAtOnce(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
-	clock := &testClock{t: time.Now()}
+	ckptWriteFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
 	core, logs := observer.New(zapcore.InfoLevel)
-	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), zap.New(core), rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("ckpt/step_*.pt"), zap.New(core), rec.opts(ckptWatchOpts{now: clock.now}))
 
-	wantLatest(t, w, "step_1.pt") // there before the watch: Latest, not an update
+	ckptWantLatest(t, w, "step_1.pt") // there before the watch: Latest, not an update
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
-	noUpdate(t, w)
+	ckptNoUpdate(t, w)
 
-	renameInto(t, dir, "ckpt/step_2.pt", "new weights")
-	c := waitUpdate(t, w, "step_2.pt")
-	if c.Why != "renamed into place" || stepOf(c) != 2 || c.Size != int64(len("new weights")) {
+	ckptRenameInto(t, dir, "ckpt/step_2.pt", "new weights")
+	c := ckptWaitUpdate(t, w, "step_2.pt")
+	if c.Why != "renamed into place" || ckptStepOf(c) != 2 || c.Size != int64(len("new weights")) {
 		t.Errorf("update: %+v", c)
 	}
-	wantLatest(t, w, "step_2.pt")
+	ckptWantLatest(t, w, "step_2.pt")
 	if n := logs.FilterMessage("checkpoint complete").FilterField(zap.String("path", c.Path)).Len(); n != 1 {
 		t.Errorf("logged %d 'checkpoint complete' entries for %s, want 1", n, c.Path)
 	}
@@ -273,20 +273,20 @@ func TestWatchRenameIntoPlaceIsCompleteAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
-	wantLatest(t, w, "step_1.pt")
+	ckptWantLatest(t, w, "step_1.pt")
 }
 
 // A file moved out of the directory followed by a plain create is not a
 // rename into place: the new file is still being written.
 func TestWatchMoveOutThenCreateIsNotARename(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, "ckpt/notes.txt", "n", time.Time{})
+	ckptWriteFile(t, dir, "ckpt/notes.txt", "n", time.Time{})
 	if err := os.Mkdir(filepath.Join(dir, "elsewhere"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
 	if err := os.Rename(filepath.Join(dir, "ckpt", "notes.txt"), filepath.Join(dir, "elsewhere", "notes.txt")); err != nil {
 		t.Fatal(err)
 	}
@@ -299,8 +299,8 @@ func TestWatchMoveOutThenCreateIsNotARename(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
-	wantLatest(t, w, "")
-	noUpdate(t, w)
+	ckptWantLatest(t, w, "")
+	ckptNoUpdate(t, w)
 }
 
 // A last.ckpt link: its target's rules decide, and re-pointing the link
@@ -311,43 +311,43 @@ func TestWatchLastCkptLink(t *testing.T) {
 	if err := os.Mkdir(ck, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
 
 	// Only the link matches: its target was not seen renamed, so it waits
 	// for quiet.
-	w := startWatch(t, dir, frozenSpec("ck/last.ckpt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
-	renameInto(t, dir, "ck/epoch=0-step=5.ckpt", "w5")
-	relink(t, filepath.Join(ck, "last.ckpt"), "epoch=0-step=5.ckpt")
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("ck/last.ckpt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	ckptRenameInto(t, dir, "ck/epoch=0-step=5.ckpt", "w5")
+	ckptRelink(t, filepath.Join(ck, "last.ckpt"), "epoch=0-step=5.ckpt")
 	rec.barrier(t, ck)
-	wantLatest(t, w, "")
+	ckptWantLatest(t, w, "")
 	clock.add(time.Hour)
-	c := waitUpdate(t, w, "epoch=0-step=5.ckpt")
-	if stepOf(c) != 5 || !strings.HasPrefix(c.Why, "via last.ckpt: no change for") {
+	c := ckptWaitUpdate(t, w, "epoch=0-step=5.ckpt")
+	if ckptStepOf(c) != 5 || !strings.HasPrefix(c.Why, "via last.ckpt: no change for") {
 		t.Errorf("via link: %+v", c)
 	}
 
 	// Link and targets match: the target's rename counts, and re-pointing
 	// the link at it keeps it complete.
 	rec2 := newCkptRecorder()
-	w2 := startWatch(t, dir, frozenSpec("ck/*.ckpt"), nil, rec2.opts(ckptWatchOpts{now: clock.now}))
-	renameInto(t, dir, "ck/epoch=1-step=10.ckpt", "w10")
-	if c := waitUpdate(t, w2, "epoch=1-step=10.ckpt"); c.Why != "renamed into place" {
+	w2 := ckptStartWatch(t, dir, ckptFrozenSpec("ck/*.ckpt"), nil, rec2.opts(ckptWatchOpts{now: clock.now}))
+	ckptRenameInto(t, dir, "ck/epoch=1-step=10.ckpt", "w10")
+	if c := ckptWaitUpdate(t, w2, "epoch=1-step=10.ckpt"); c.Why != "renamed into place" {
 		t.Errorf("target: %+v", c)
 	}
-	relink(t, filepath.Join(ck, "last.ckpt"), "epoch=1-step=10.ckpt")
+	ckptRelink(t, filepath.Join(ck, "last.ckpt"), "epoch=1-step=10.ckpt")
 	rec2.barrier(t, ck)
-	if c := wantLatest(t, w2, "epoch=1-step=10.ckpt"); !strings.HasSuffix(c.Why, "renamed into place") {
+	if c := ckptWantLatest(t, w2, "epoch=1-step=10.ckpt"); !strings.HasSuffix(c.Why, "renamed into place") {
 		t.Errorf("after re-pointing last.ckpt: %+v", c)
 	}
 }
 
 func TestWatchChunkedWriteIsCompleteOnlyWhenQuiet(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
-	clock := &testClock{t: time.Now()}
+	ckptWriteFile(t, dir, "ckpt/step_1.pt", "old", time.Now().Add(-time.Hour))
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
 
 	f, err := os.Create(filepath.Join(dir, "ckpt", "step_2.pt"))
 	if err != nil {
@@ -359,8 +359,8 @@ func TestWatchChunkedWriteIsCompleteOnlyWhenQuiet(t *testing.T) {
 		}
 		rec.barrier(t, filepath.Join(dir, "ckpt"))
 		rec.waitTick(t, rec.mark())
-		wantLatest(t, w, "step_1.pt")
-		noUpdate(t, w)
+		ckptWantLatest(t, w, "step_1.pt")
+		ckptNoUpdate(t, w)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
@@ -368,11 +368,11 @@ func TestWatchChunkedWriteIsCompleteOnlyWhenQuiet(t *testing.T) {
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
 	rec.waitTick(t, rec.mark()) // one look at the final size
 	clock.add(time.Hour)
-	c := waitUpdate(t, w, "step_2.pt")
+	c := ckptWaitUpdate(t, w, "step_2.pt")
 	if !strings.HasPrefix(c.Why, "no change for ") || c.Size != 3*64<<10 {
 		t.Errorf("update: %+v", c)
 	}
-	wantLatest(t, w, "step_2.pt")
+	ckptWantLatest(t, w, "step_2.pt")
 }
 
 // With the real clock and a short Quiet, a file written in place is
@@ -382,10 +382,10 @@ func TestWatchQuietWithRealClock(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "ckpt"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := startWatch(t, dir, CheckpointSpec{Globs: []string{"ckpt/*.pt"}, Quiet: 50 * time.Millisecond, Poll: time.Hour}, nil, ckptWatchOpts{})
-	writeFile(t, dir, "ckpt/model_300.pt", "weights", time.Time{})
-	c := waitUpdate(t, w, "model_300.pt")
-	if !strings.HasPrefix(c.Why, "no change for ") || stepOf(c) != 300 {
+	w := ckptStartWatch(t, dir, CheckpointSpec{Globs: []string{"ckpt/*.pt"}, Quiet: 50 * time.Millisecond, Poll: time.Hour}, nil, ckptWatchOpts{})
+	ckptWriteFile(t, dir, "ckpt/model_300.pt", "weights", time.Time{})
+	c := ckptWaitUpdate(t, w, "model_300.pt")
+	if !strings.HasPrefix(c.Why, "no change for ") || ckptStepOf(c) != 300 {
 		t.Errorf("update: %+v", c)
 	}
 }
@@ -396,11 +396,11 @@ func TestWatchMarkerDirectoryCreatedAfterStart(t *testing.T) {
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	spec := frozenSpec("out/checkpoint-*")
+	spec := ckptFrozenSpec("out/checkpoint-*")
 	spec.Marker = "trainer_state.json"
-	w := startWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now}))
 
 	m := rec.mark()
 	ck := filepath.Join(out, "checkpoint-100")
@@ -408,31 +408,31 @@ func TestWatchMarkerDirectoryCreatedAfterStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.waitWatch(t, m, ck)
-	writeFile(t, out, "checkpoint-100/model.safetensors", strings.Repeat("m", 1000), time.Time{})
-	writeFile(t, out, "checkpoint-100/trainer_state.json", `{"global_step": 1`, time.Time{})
+	ckptWriteFile(t, out, "checkpoint-100/model.safetensors", strings.Repeat("m", 1000), time.Time{})
+	ckptWriteFile(t, out, "checkpoint-100/trainer_state.json", `{"global_step": 1`, time.Time{})
 	rec.barrier(t, out)
 	rec.waitTick(t, rec.mark())
-	wantLatest(t, w, "")
-	noUpdate(t, w)
+	ckptWantLatest(t, w, "")
+	ckptNoUpdate(t, w)
 
 	clock.add(time.Hour) // time does not make a marker directory complete
 	rec.waitTick(t, rec.mark())
-	wantLatest(t, w, "")
+	ckptWantLatest(t, w, "")
 
 	state := `{"global_step": 100}`
-	writeFile(t, out, "checkpoint-100/trainer_state.json", state, time.Time{})
-	c := waitUpdate(t, w, "checkpoint-100")
-	if c.Why != "marker trainer_state.json present" || c.Size != int64(1000+len(state)) || stepOf(c) != 100 {
+	ckptWriteFile(t, out, "checkpoint-100/trainer_state.json", state, time.Time{})
+	c := ckptWaitUpdate(t, w, "checkpoint-100")
+	if c.Why != "marker trainer_state.json present" || c.Size != int64(1000+len(state)) || ckptStepOf(c) != 100 {
 		t.Errorf("update: %+v", c)
 	}
-	wantLatest(t, w, "checkpoint-100")
+	ckptWantLatest(t, w, "checkpoint-100")
 
 	// Files written into a new directory before the watcher could add it
 	// are found by reading it after the Add.
-	writeFile(t, out, "checkpoint-200/model.safetensors", "m2", time.Time{})
-	writeFile(t, out, "checkpoint-200/trainer_state.json", `{"global_step": 200}`, time.Time{})
-	waitUpdate(t, w, "checkpoint-200")
-	wantLatest(t, w, "checkpoint-200")
+	ckptWriteFile(t, out, "checkpoint-200/model.safetensors", "m2", time.Time{})
+	ckptWriteFile(t, out, "checkpoint-200/trainer_state.json", `{"global_step": 200}`, time.Time{})
+	ckptWaitUpdate(t, w, "checkpoint-200")
+	ckptWantLatest(t, w, "checkpoint-200")
 }
 
 func TestWatchNewSubdirectoryOfTheGlobIsWatched(t *testing.T) {
@@ -441,17 +441,17 @@ func TestWatchNewSubdirectoryOfTheGlobIsWatched(t *testing.T) {
 	if err := os.Mkdir(runs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, frozenSpec("runs/*/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("runs/*/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
 
 	m := rec.mark()
 	if err := os.Mkdir(filepath.Join(runs, "a"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitWatch(t, m, filepath.Join(runs, "a"))
-	renameInto(t, runs, "a/step_5.pt", "weights")
-	c := waitUpdate(t, w, "step_5.pt")
+	ckptRenameInto(t, runs, "a/step_5.pt", "weights")
+	c := ckptWaitUpdate(t, w, "step_5.pt")
 	if c.Why != "renamed into place" || c.Path != filepath.Join(runs, "a", "step_5.pt") {
 		t.Errorf("update: %+v", c)
 	}
@@ -463,12 +463,12 @@ func TestWatchCheckpointDirectoryDeletedAndRecreated(t *testing.T) {
 	if err := os.Mkdir(ckpt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
 
-	renameInto(t, dir, "ckpt/step_10.pt", "w10")
-	waitUpdate(t, w, "step_10.pt")
+	ckptRenameInto(t, dir, "ckpt/step_10.pt", "w10")
+	ckptWaitUpdate(t, w, "step_10.pt")
 
 	m := rec.mark()
 	if err := os.RemoveAll(ckpt); err != nil {
@@ -476,7 +476,7 @@ func TestWatchCheckpointDirectoryDeletedAndRecreated(t *testing.T) {
 	}
 	rec.waitEvent(t, m, ckpt, fsnotify.Remove)
 	// Latest keeps the last good one (its file is gone: callers check).
-	c := wantLatest(t, w, "step_10.pt")
+	c := ckptWantLatest(t, w, "step_10.pt")
 	if _, err := os.Stat(c.Path); err == nil {
 		t.Errorf("%s should be gone", c.Path)
 	}
@@ -486,21 +486,21 @@ func TestWatchCheckpointDirectoryDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.waitWatch(t, m, ckpt)
-	renameInto(t, dir, "ckpt/step_20.pt", "w20")
-	if c := waitUpdate(t, w, "step_20.pt"); c.Why != "renamed into place" {
+	ckptRenameInto(t, dir, "ckpt/step_20.pt", "w20")
+	if c := ckptWaitUpdate(t, w, "step_20.pt"); c.Why != "renamed into place" {
 		t.Errorf("after recreation: %+v", c)
 	}
-	wantLatest(t, w, "step_20.pt")
+	ckptWantLatest(t, w, "step_20.pt")
 }
 
 // A spec whose directory does not exist yet: fsnotify watches the nearest
 // existing parent and follows the directories down as they are created.
 func TestWatchDirectoryThatDoesNotExistYet(t *testing.T) {
 	dir := t.TempDir()
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, frozenSpec("later/ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
-	wantLatest(t, w, "")
+	w := ckptStartWatch(t, dir, ckptFrozenSpec("later/ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	ckptWantLatest(t, w, "")
 
 	m := rec.mark()
 	ckpt := filepath.Join(dir, "later", "ckpt")
@@ -508,8 +508,8 @@ func TestWatchDirectoryThatDoesNotExistYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.waitWatch(t, m, ckpt)
-	renameInto(t, dir, "later/ckpt/step_7.pt", "w7")
-	if c := waitUpdate(t, w, "step_7.pt"); c.Why != "renamed into place" {
+	ckptRenameInto(t, dir, "later/ckpt/step_7.pt", "w7")
+	if c := ckptWaitUpdate(t, w, "step_7.pt"); c.Why != "renamed into place" {
 		t.Errorf("update: %+v", c)
 	}
 }
@@ -518,21 +518,21 @@ func TestWatchDirectoryThatDoesNotExistYet(t *testing.T) {
 // scan finds checkpoints, including in a directory created after the start.
 func TestWatchPollingFallback(t *testing.T) {
 	dir := t.TempDir()
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	spec := CheckpointSpec{Globs: []string{"later/ckpt/step_*.pt"}, Quiet: 40 * time.Millisecond, Poll: 20 * time.Millisecond}
 	rec := newCkptRecorder()
-	w := startWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now, noFsnotify: true}))
+	w := ckptStartWatch(t, dir, spec, nil, rec.opts(ckptWatchOpts{now: clock.now, noFsnotify: true}))
 	if w.fsw != nil {
 		t.Fatal("fsnotify in use")
 	}
-	wantLatest(t, w, "")
-	writeFile(t, dir, "later/ckpt/step_7.pt", "w7", time.Time{})
+	ckptWantLatest(t, w, "")
+	ckptWriteFile(t, dir, "later/ckpt/step_7.pt", "w7", time.Time{})
 	clock.add(time.Hour)
-	c := waitUpdate(t, w, "step_7.pt")
+	c := ckptWaitUpdate(t, w, "step_7.pt")
 	if !strings.HasPrefix(c.Why, "no change for ") {
 		t.Errorf("update: %+v", c)
 	}
-	wantLatest(t, w, "step_7.pt")
+	ckptWantLatest(t, w, "step_7.pt")
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.events) != 0 || len(rec.watches) != 0 {
@@ -547,17 +547,17 @@ func TestWatchUpdatesCoalesceAndCloseClosesThem(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "ckpt"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: time.Now()}
+	clock := &ckptClock{t: time.Now()}
 	rec := newCkptRecorder()
-	w, err := watchCheckpoints(dir, frozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
+	w, err := watchCheckpoints(dir, ckptFrozenSpec("ckpt/step_*.pt"), nil, rec.opts(ckptWatchOpts{now: clock.now}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		renameInto(t, dir, fmt.Sprintf("ckpt/step_%d.pt", i), "w")
+		ckptRenameInto(t, dir, fmt.Sprintf("ckpt/step_%d.pt", i), "w")
 	}
 	rec.barrier(t, filepath.Join(dir, "ckpt"))
-	wantLatest(t, w, "step_3.pt")
+	ckptWantLatest(t, w, "step_3.pt")
 	select {
 	case c := <-w.Updates():
 		if filepath.Base(c.Path) != "step_3.pt" {
@@ -575,7 +575,7 @@ func TestWatchUpdatesCoalesceAndCloseClosesThem(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	wantLatest(t, w, "step_3.pt") // still answers after Close
+	ckptWantLatest(t, w, "step_3.pt") // still answers after Close
 }
 
 // Scanning and watching only read: every file's bytes and modification
@@ -583,15 +583,15 @@ func TestWatchUpdatesCoalesceAndCloseClosesThem(t *testing.T) {
 func TestScanAndWatchDoNotModifyCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	past := time.Now().Add(-time.Hour)
-	writeFile(t, dir, "ck/step_1.pt", "one", past)
-	writeFile(t, dir, "ck/step_2.pt", "two", time.Time{})
-	writeFile(t, dir, "out/checkpoint-5/model.bin", "m", past)
-	writeFile(t, dir, "out/checkpoint-5/trainer_state.json", `{"global_step": 5}`, past)
-	writeFile(t, dir, "out/checkpoint-6/model.bin", "m", time.Time{})
+	ckptWriteFile(t, dir, "ck/step_1.pt", "one", past)
+	ckptWriteFile(t, dir, "ck/step_2.pt", "two", time.Time{})
+	ckptWriteFile(t, dir, "out/checkpoint-5/model.bin", "m", past)
+	ckptWriteFile(t, dir, "out/checkpoint-5/trainer_state.json", `{"global_step": 5}`, past)
+	ckptWriteFile(t, dir, "out/checkpoint-6/model.bin", "m", time.Time{})
 	if err := os.Symlink("step_1.pt", filepath.Join(dir, "ck", "last.pt")); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, dir)
+	before := ckptSnapshot(t, dir)
 
 	for _, spec := range []CheckpointSpec{
 		{Globs: []string{"ck/*.pt"}},
@@ -615,7 +615,7 @@ func TestScanAndWatchDoNotModifyCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := snapshot(t, dir)
+	after := ckptSnapshot(t, dir)
 	for p, b := range before {
 		if after[p] != b {
 			t.Errorf("%s changed:\n before %s\n after  %s", p, b, after[p])
@@ -626,9 +626,9 @@ func TestScanAndWatchDoNotModifyCheckpoints(t *testing.T) {
 	}
 }
 
-// snapshot describes every entry under dir: kind, modification time, and
+// ckptSnapshot describes every entry under dir: kind, modification time, and
 // the bytes of files (the target of links).
-func snapshot(t *testing.T, dir string) map[string]string {
+func ckptSnapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -704,8 +704,8 @@ func TestWatchExampleJob(t *testing.T) {
 		t.Fatalf("example job: %v\n%s", err, out)
 	}
 	rec.barrier(t, filepath.Join(dir, "checkpoints", "example"))
-	c := wantLatest(t, w, "step_60.ckpt")
-	if c.Why != "renamed into place" || stepOf(c) != 60 {
+	c := ckptWantLatest(t, w, "step_60.ckpt")
+	if c.Why != "renamed into place" || ckptStepOf(c) != 60 {
 		t.Errorf("latest: %+v", c)
 	}
 	if err := w.Close(); err != nil {
