@@ -446,17 +446,23 @@ func (p *Policy) scaleKnob(a action, vals Values) ([]Change, string) {
 	if a.max != nil {
 		hi = *a.max
 	}
+	rounded := next
 	next = min(max(next, lo), hi)
-	if next == n.f {
-		if a.by < 1 {
-			return nil, fmt.Sprintf("%s is %s, at its floor (min %s)", a.knob, cur.Text, formatNumber(lo, true))
+	switch {
+	case (next-n.f)*(a.by-1) < 0:
+		// min or max pulls the value the wrong way (it is already below min
+		// or above max): leave it rather than grow what should shrink.
+		if next > n.f {
+			return nil, fmt.Sprintf("%s is %s, already below min %s", a.knob, cur.Text, formatNumber(lo, n.isInt))
 		}
-		return nil, fmt.Sprintf("%s is %s, at its ceiling (max %s)", a.knob, cur.Text, formatNumber(hi, true))
-	}
-	if (next-n.f)*(a.by-1) < 0 {
-		// min or max pulled the value the wrong way (a value already below
-		// min): leave it rather than grow what should shrink.
-		return nil, fmt.Sprintf("%s is %s, outside min %s / max %s", a.knob, cur.Text, formatNumber(lo, true), formatNumber(hi, true))
+		return nil, fmt.Sprintf("%s is %s, already above max %s", a.knob, cur.Text, formatNumber(hi, n.isInt))
+	case next != n.f:
+	case rounded != next && a.by < 1:
+		return nil, fmt.Sprintf("%s is %s, at its floor (min %s)", a.knob, cur.Text, formatNumber(lo, n.isInt))
+	case rounded != next:
+		return nil, fmt.Sprintf("%s is %s, at its ceiling (max %s)", a.knob, cur.Text, formatNumber(hi, n.isInt))
+	default:
+		return nil, fmt.Sprintf("%s is %s, and ×%g rounds back to it", a.knob, cur.Text, a.by)
 	}
 	newVal := Value{Text: formatNumber(next, n.isInt)}
 	changes := []Change{{Knob: a.knob, Old: cur.Text, New: newVal.Text}}

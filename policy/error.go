@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -79,15 +80,19 @@ func didYouMean(got string, candidates []string) string {
 	sorted := append([]string(nil), candidates...)
 	sort.Strings(sorted)
 	for _, c := range sorted {
-		if d := editDistance(got, c); d < bestD {
+		if c == got {
+			return ""
+		}
+		d := editDistance(got, c)
+		if len(got) >= 3 && len(c) >= 3 && (strings.Contains(got, c) || strings.Contains(c, got)) {
+			d = min(d, 1) // one is part of the other: "outdir" for "out"
+		}
+		if d < bestD {
 			best, bestD = c, d
 		}
 	}
-	limit := 2
-	if l := len(got) / 3; l > limit {
-		limit = l
-	}
-	if best == "" || bestD > limit || bestD == 0 {
+	limit := max(2, len(got)/3)
+	if best == "" || bestD > limit {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)

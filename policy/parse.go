@@ -438,6 +438,15 @@ func (w *walker) rules(n *yaml.Node, p *Policy) []*rule {
 
 var kindNames = []string{string(probes.KindGPUOOM), string(probes.KindCPUAllocOOM), string(probes.KindHostOOM), string(probes.KindCrash)}
 
+// kindAliases are names people use for the failure kinds.
+var kindAliases = map[string]string{
+	"oom": "gpu_oom", "cuda_oom": "gpu_oom", "cuda": "gpu_oom", "gpu": "gpu_oom", "outofmemoryerror": "gpu_oom",
+	"resource_exhausted": "gpu_oom", "hip_oom": "gpu_oom", "mps_oom": "gpu_oom",
+	"cpu_oom": "cpu_alloc_oom", "cpu": "cpu_alloc_oom",
+	"ram_oom": "host_oom", "oom_kill": "host_oom", "oomkill": "host_oom", "host": "host_oom", "killed": "host_oom",
+	"error": "crash", "failure": "crash",
+}
+
 func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
 	what += ": when"
@@ -446,7 +455,11 @@ func (w *walker) match(n *yaml.Node, what string) match {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
 				if !slices.Contains(kindNames, s) {
-					w.at(f.val, "%s: unknown failure kind %q%s; kinds: %s", what, s, didYouMean(s, kindNames), strings.Join(kindNames, ", "))
+					hint := didYouMean(s, kindNames)
+					if alias, ok := kindAliases[strings.ToLower(s)]; ok {
+						hint = fmt.Sprintf(" (did you mean %q?)", alias)
+					}
+					w.at(f.val, "%s: unknown failure kind %q%s; kinds: %s", what, s, hint, strings.Join(kindNames, ", "))
 				}
 				m.kinds = append(m.kinds, probes.Kind(s))
 			}

@@ -124,8 +124,13 @@ type splice struct {
 // kept, but indentation is normalised to the file's first indentation step.
 // A missing key is added (creating missing parent mappings); a path through
 // a scalar is an error, and so is adding a key to a file of several YAML
-// documents.
+// documents, and a value that is not valid UTF-8.
 func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string, bool)) ([]byte, int, error) {
+	for _, e := range edits {
+		if !utf8.ValidString(e.value.Text) || !utf8.ValidString(joinKey(e.path)) {
+			return nil, 0, fmt.Errorf("the key %q or its value is not valid UTF-8 text, which a YAML file cannot hold as a string", joinKey(e.path))
+		}
+	}
 	d, err := parseConfig(src)
 	if err != nil {
 		return nil, 0, err
@@ -332,6 +337,9 @@ func renderScalar(v Value, style yaml.Style) (string, bool) {
 		return "null", true
 	}
 	n := &yaml.Node{Kind: yaml.ScalarNode, Value: v.Text, Style: style & (yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle)}
+	if v.Text == "" {
+		n.Style = yaml.DoubleQuotedStyle // an empty plain scalar would read as null
+	}
 	if n.Style != 0 {
 		n.Tag = "!!str"
 	}
@@ -379,7 +387,10 @@ func setScalar(n *yaml.Node, v Value) {
 		return
 	}
 	n.Value, n.Style = v.Text, style
-	if style != 0 {
+	if v.Text == "" {
+		n.Style = yaml.DoubleQuotedStyle // an empty plain scalar would read as null
+	}
+	if n.Style != 0 {
 		n.Tag = "!!str"
 	}
 }
