@@ -141,7 +141,9 @@ budget: {crash: 1}
 
 func TestMatching(t *testing.T) {
 	p := mustParse(t, matchPolicy)
-	v := func(kind probes.Kind, phase probes.Phase) probes.Verdict { return probes.Verdict{Kind: kind, Phase: phase} }
+	v := func(kind probes.Kind, phase probes.Phase) probes.Verdict {
+		return probes.Verdict{Kind: kind, Phase: phase}
+	}
 	for _, tc := range []struct {
 		name string
 		out  Outcome
@@ -299,10 +301,18 @@ budget: {relaunches: 4, per_kind: {gpu_oom: 2}, no_progress: 1, crash: 1}
 		{"no progress counted", nil, func() Outcome { o := oom("train"); o.StartStep, o.LastStep = step(500), step(500); return o }(), Relaunch,
 			"attempt 1: gpu_oom in train matched rule r (step 1 of 1); relaunch 1 of 4, gpu_oom 1 of 2, no progress 1 of 1"},
 		{"no progress exhausted", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
-			func() Outcome { o := oom("train"); o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(480); return o }(), GiveUp,
+			func() Outcome {
+				o := oom("train")
+				o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(480)
+				return o
+			}(), GiveUp,
 			"attempt 2: gpu_oom in train; attempt 2 resumed from step 500 and got no further, and the no-progress budget is exhausted (1/1)"},
 		{"progress is fine", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
-			func() Outcome { o := oom("train"); o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(501); return o }(), Relaunch,
+			func() Outcome {
+				o := oom("train")
+				o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(501)
+				return o
+			}(), Relaunch,
 			"attempt 2: gpu_oom in train matched rule r (step 1 of 1); relaunch 2 of 4, gpu_oom 1 of 2"},
 		{"no step printed is no evidence", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
 			func() Outcome { o := oom("train"); o.Attempt, o.StartStep = 2, step(500); return o }(), Relaunch,
@@ -352,7 +362,7 @@ func TestBackoff(t *testing.T) {
 		{10, 1, 5 * time.Minute, 5 * time.Minute},   // jitter never exceeds max
 		{10, 0, 4 * time.Minute, 4 * time.Minute},
 		{100, 0.5, 5 * time.Minute, 5 * time.Minute}, // no overflow
-		{0, -3, 8 * time.Second, 8 * time.Second},     // out-of-range rand clamped
+		{0, -3, 8 * time.Second, 8 * time.Second},    // out-of-range rand clamped
 	} {
 		if got := b.wait(tc.n, tc.r); got < tc.lo || got > tc.hi {
 			t.Errorf("wait(%d, %v) = %v, want in [%v, %v]", tc.n, tc.r, got, tc.lo, tc.hi)
