@@ -34,6 +34,7 @@ import (
 //	                    received (INT TERM HUP QUIT USR1 USR2), one a line;
 //	                    exit 0 at end of stdin. With PIDS, start the
 //	                    grandchildren of tree first.
+//	trap FILE [PIDS]    as record, but never exit (for a job without stdin)
 //	tree PIDS [exit]    start a grandchild and a grandchild in a session of
 //	                    its own (both ignore SIGHUP and print nothing), write
 //	                    "GC SGC" (their pids) to file PIDS, then wait to be
@@ -120,7 +121,9 @@ func FakeTrainer(self []string, args []string) int {
 		touch(arg(0), "ready\n")
 		waitForever()
 	case "record":
-		return record(self, arg(0), arg(1))
+		return record(self, arg(0), arg(1), false)
+	case "trap":
+		return record(self, arg(0), arg(1), true)
 	case "tree":
 		if err := spawnTree(self, arg(0)); err != nil {
 			fmt.Fprintln(os.Stderr, "fake-trainer tree:", err)
@@ -221,7 +224,7 @@ var signalNames = map[os.Signal]string{
 	syscall.SIGQUIT: "QUIT", syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2",
 }
 
-func record(self []string, file, pids string) int {
+func record(self []string, file, pids string, forever bool) int {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake-trainer record:", err)
@@ -241,6 +244,9 @@ func record(self []string, file, pids string) int {
 		}
 	}
 	f.WriteString("ready\n")
+	if forever {
+		waitForever()
+	}
 	io.Copy(io.Discard, os.Stdin)
 	signal.Stop(ch)
 	return 0
