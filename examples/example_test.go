@@ -310,7 +310,7 @@ func TestCroppedValidationPassesThenTrainingRunsOutOfMemoryAtLargerImages(t *tes
 		t.Fatalf("want exit 1 (OOM when the crops grow)\n%v", r)
 	}
 	for _, want := range []string{"\nval step 50 val_loss ", "\nval step 100 val_loss ",
-		"\nprogressive resizing: image_size 256 -> 384 from step 101\n"} {
+		"\nprogressive resizing: image_size 256 -> 400 from step 101\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q", want)
 		}
@@ -325,6 +325,33 @@ func TestCroppedValidationPassesThenTrainingRunsOutOfMemoryAtLargerImages(t *tes
 	}
 	if t.Failed() {
 		t.Log(r)
+	}
+}
+
+// gpuguard sets expandable_segments:True: the cache slack shrinks to 2 MiB
+// and every failure stays a failure with consistent figures.
+func TestExpandableSegmentsKeepTheFailures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		args  []string
+		phase string
+	}{
+		{"val full resolution", nil, nil, "val"},
+		{"larger crops", []string{"VAL_CROP_SIZE=256"}, nil, "train"},
+		{"batch 64", []string{"VAL_CROP_SIZE=256"}, []string{"--batch-size", "64"}, "train"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, setup(t), append(tc.env, "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6, expandable_segments:True"), tc.args...)
+			if r.code != 1 || lastPhase(r.stdout) != tc.phase {
+				t.Fatalf("want exit 1 in phase %s\n%v", tc.phase, r)
+			}
+			if o := parseOOM(t, r); o.reserved != 2<<20 || o.requested-o.free < 256<<20 {
+				t.Errorf("reserved %.0f (want 2 MiB), requested %.0f vs free %.0f (want them well apart)\n%v", o.reserved, o.requested, o.free, r)
+			}
+		})
 	}
 }
 
