@@ -399,12 +399,14 @@ func (p *Policy) passCheckpoint(l *Launch, ckpt string) {
 		}
 		l.Notes = append(l.Notes, fmt.Sprintf("resume: %s %s", ps.name, ckpt))
 	case "arg":
+		word := ps.addPrefix + ps.name + "=" + ckpt
 		if occ := findArg(l.Argv, ps.name); len(occ) > 0 {
 			setOccurrences(l.Argv, occ, ckpt)
+			word = occ[len(occ)-1].prefix + ckpt
 		} else {
-			l.Argv = append(l.Argv, ps.addPrefix+ps.name+"="+ckpt)
+			l.Argv = append(l.Argv, word)
 		}
-		l.Notes = append(l.Notes, fmt.Sprintf("resume: %s=%s", ps.name, ckpt))
+		l.Notes = append(l.Notes, "resume: "+word)
 	case "env":
 		l.Env = setEnv(l.Env, ps.name, ckpt)
 		l.Notes = append(l.Notes, fmt.Sprintf("resume: env %s=%s", ps.name, ckpt))
