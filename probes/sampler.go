@@ -347,7 +347,7 @@ func (s *Sampler) interval(now time.Time) time.Duration {
 // between attempts) nothing is sampled. A root that is gone is skipped
 // quietly. Run blocks; start it with `go`. NVML calls never delay Run by
 // more than GPUTimeout per sample. Run keeps a few /proc and cgroup files
-// open while it runs and closes them when it returns; run it once.
+// open while it runs and closes them when it returns.
 func (s *Sampler) Run(ctx context.Context, rootPID func() int) {
 	t := time.NewTimer(0)
 	defer t.Stop()
