@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -830,6 +831,11 @@ func (w *walker) checkpoints(n *yaml.Node, c *CheckpointSpec, p *Policy) {
 		case "globs":
 			c.Globs = w.strList(f.val, "checkpoints globs")
 			for _, g := range c.Globs {
+				if strings.Contains(g, "**") {
+					w.at(f.val, "checkpoints globs: %q: ** is not supported; globs use Go's path/filepath.Match (* ? [a-z] within one directory level), so write one * per level", g)
+				} else if _, err := filepath.Match(placeholderRE.ReplaceAllString(g, "x"), ""); err != nil {
+					w.at(f.val, "checkpoints globs: %q: %v (the syntax is Go's path/filepath.Match: * ? [a-z])", g, err)
+				}
 				for _, ref := range placeholders(g) {
 					if _, ok := p.knobByName[ref]; !ok {
 						w.at(f.val, "checkpoints globs: %q names unknown knob {%s}%s", g, ref, didYouMean(ref, p.Knobs()))

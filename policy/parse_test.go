@@ -144,6 +144,8 @@ func TestParseErrors(t *testing.T) {
 		{"merge not options", "version: 1\nrules:\n  - name: r\n    steps:\n      - merge_env: {PYTORCH_CUDA_ALLOC_CONF: expandable}\n", []string{`f.yaml:5:46: rule r step 1: merge_env PYTORCH_CUDA_ALLOC_CONF: option "expandable" is not key:value`}},
 		{"required without pass", "version: 1\ncheckpoints: {required: true}\n", []string{"f.yaml:2:14: checkpoints: required is true but pass: does not say how to give the job its checkpoint"}},
 		{"glob unknown knob", "version: 1\nknobs:\n  out: {flag: --out}\ncheckpoints: {globs: ['{outdir}/x']}\n", []string{`f.yaml:4:22: checkpoints globs: "{outdir}/x" names unknown knob {outdir} (did you mean "out"?)`}},
+		{"glob with **", "version: 1\ncheckpoints: {globs: ['logs/**/x.ckpt']}\n", []string{`f.yaml:2:22: checkpoints globs: "logs/**/x.ckpt": ** is not supported; globs use Go's path/filepath.Match (* ? [a-z] within one directory level), so write one * per level`}},
+		{"bad glob", "version: 1\ncheckpoints: {globs: ['ckpt[']}\n", []string{`f.yaml:2:22: checkpoints globs: "ckpt[": syntax error in pattern (the syntax is Go's path/filepath.Match: * ? [a-z])`}},
 		{"default not a number", "version: 1\nknobs:\n  bs: {flag: --bs, default: auto}\nrules:\n  - name: r\n    steps: [{halve: bs}]\n", []string{`f.yaml:3:3: knob bs: halve in rule r needs a number, but the default is "auto"`}},
 		{"several at once", "version: 1\noom_grace: soon\nsampling: {base_hz: 0}\n", []string{
 			`f.yaml:2:12: oom_grace must be a duration such as "30s" or "2m", not "soon"`,
