@@ -259,6 +259,9 @@ func (r *hostReader) forget(pid int) {
 func (r *hostReader) locateCgroup(pid int) {
 	r.cgPID = pid
 	cg, err := cgroupOf(r.p, r.fsRoot, pid)
+	if r.cg != nil && (err != nil || cg.Dir != r.cg.Dir) {
+		r.p.closeUnder(r.cg.Dir + "/") // the old cgroup's files kept open
+	}
 	if err != nil {
 		r.cg, r.cgErr = nil, err.Error()
 		return

@@ -107,6 +107,16 @@ func (p *procFS) pread(fd int, path string) ([]byte, error) {
 	return b, nil
 }
 
+// closeUnder releases the kept-open files whose path starts with prefix.
+func (p *procFS) closeUnder(prefix string) {
+	for path, fd := range p.fds {
+		if strings.HasPrefix(path, prefix) {
+			syscall.Close(fd)
+			delete(p.fds, path)
+		}
+	}
+}
+
 // close releases the files readHot keeps open.
 func (p *procFS) close() {
 	for path, fd := range p.fds {
