@@ -61,7 +61,8 @@ type Classifier struct {
 	m    *kwMatcher
 	user []userPattern
 	hits hitSet
-	buf  []byte // frames of a line with literal "#015"
+	ph   phaseHit // the current line's phase hit
+	buf  []byte   // frames of a line with literal "#015"
 	num  int    // number of the line being read
 
 	// phases
@@ -216,6 +217,9 @@ type readerOnly struct{ io.Reader }
 // during the call.
 func (c *Classifier) Line(l lines.Line) {
 	c.num = l.Num
+	if l.CR && c.pend.active {
+		c.pend = pendingMsg{} // a progress frame does not continue a message
+	}
 	rank, rest := splitPrefixes(l.Text)
 	if bytes.IndexByte(rest, '#') >= 0 && (bHas(rest, "#015") || bHas(rest, "#033")) {
 		c.octalFrames(rest, rank, l.Text)
@@ -327,19 +331,21 @@ func anchoredCandidate(t []byte) bool {
 
 // detectPhaseLine runs the phase detectors and applies what they find.
 func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
-	var r phaseHit
+	r := &c.ph
 	ok := false
 	if len(c.user) > 0 && !c.explicit {
 		if p, m := matchUser(c.user, t); m {
-			r, ok = newPhaseHit(p), true
-			if q, ok2 := detectPhase(t, h); ok2 {
+			ok = true
+			if detectPhase(t, h, r) {
 				// Keep the counters a built-in detector reads.
-				r.epoch, r.step, r.cur, r.tot, r.nan = q.epoch, q.step, q.cur, q.tot, q.nan
+				r.phase, r.done, r.combined, r.explicit = p, false, false, false
+			} else {
+				*r = newPhaseHit(p)
 			}
 		}
 	}
 	if !ok && (h.any(&phaseKeywords) || anchored) {
-		r, ok = detectPhase(t, h)
+		ok = detectPhase(t, h, r)
 	}
 	if !ok {
 		return
@@ -347,7 +353,7 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	c.applyPhase(r)
 }
 
-func (c *Classifier) applyPhase(r phaseHit) {
+func (c *Classifier) applyPhase(r *phaseHit) {
 	if r.explicit {
 		c.explicit = true
 	}
@@ -571,6 +577,11 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 		c.pend = pendingMsg{}
 		return false
 	}
+	c.m.scan(t, &c.hits)
+	if detectPhase(t, &c.hits, &c.ph) {
+		c.pend = pendingMsg{}
+		return false
+	}
 	p.lines++
 	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
 		p.buf = bytes.TrimRight(p.buf, " \t")
@@ -601,7 +612,10 @@ func continuation(t []byte) bool {
 	if len(tl) == 0 {
 		return false
 	}
-	for _, p := range [...]string{"Traceback", "File \"", "During handling", "The above exception", "Exception raised from", "frame #", "ERROR:", "INFO:", "WARNING:", "[W", "[E", "[I"} {
+	if tl[0] == '[' || tl[0] == '{' || tl[0] == '|' {
+		return false // a log record, a dict log, a table
+	}
+	for _, p := range [...]string{"Traceback", "File \"", "During handling", "The above exception", "Exception raised from", "frame #", "ERROR:", "INFO:", "WARNING:", "Root Cause"} {
 		if bHasPrefix(tl, p) {
 			return false
 		}
@@ -627,7 +641,12 @@ func (c *Classifier) rootCauseLine(t, full []byte) bool {
 	}
 	key, val, ok := blockField(tl)
 	if !ok {
-		return len(tl) > 0 && tl[0] == '[' // "[2]:" entry header
+		// "[2]:", the header of the entry
+		if len(tl) > 3 && tl[0] == '[' && bytes.HasSuffix(tl, []byte("]:")) {
+			_, n, ok := scanInt(tl[1:])
+			return ok && n == len(tl)-3
+		}
+		return false
 	}
 	switch key {
 	case "rank":

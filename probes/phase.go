@@ -264,66 +264,56 @@ func globalStep(b []byte, h *hitSet) int64 {
 
 // detectPhase runs the built-in detectors on one line (after its prefixes).
 // t is the line, tl the line without leading spaces.
-func detectPhase(t []byte, h *hitSet) (phaseHit, bool) {
+func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	tl := trimSpaceLeft(t)
-	if h.has(kwGpuguard) {
-		if r, ok := explicitPhase(t); ok {
-			return r, true
-		}
+	if h.has(kwGpuguard) && explicitPhase(t, r) {
+		return true
 	}
 	if h.has(kwStars) {
 		switch {
 		case bHas(t, "***** Running training *****"):
-			return newPhaseHit(PhaseTrain), true
+			*r = newPhaseHit(PhaseTrain)
+			return true
 		case bHas(t, "***** Running Evaluation *****"), bHas(t, "***** Running evaluation *****"),
 			bHas(t, "***** Running Prediction *****"):
-			return newPhaseHit(PhaseVal), true
+			*r = newPhaseHit(PhaseVal)
+			return true
 		}
 	}
 	if h.has(kwValTime) && bHas(t, "val_loss") {
 		// litgpt: "Epoch 1 | iter 150 | val_loss: 2.571 | val_time: 12.306 s"
-		r := newPhaseHit(PhaseVal)
+		*r = newPhaseHit(PhaseVal)
 		r.done = true
 		r.epoch, _ = wordInt(t, "Epoch")
-		return r, true
+		return true
 	}
 	if h.has(kwSanity) && bHasPrefix(tl, "Sanity Check") {
-		r := newPhaseHit(PhaseVal)
+		*r = newPhaseHit(PhaseVal)
 		r.cur, r.tot, _ = barCounter(tl, 0)
-		return r, true
+		return true
 	}
-	if r, ok := detectVal(t, tl, h); ok {
-		return r, true
-	}
-	if r, ok := detectTrain(t, tl, h); ok {
-		return r, true
-	}
-	if r, ok := detectAnchored(tl, h); ok {
-		return r, true
-	}
-	return phaseHit{}, false
+	return detectVal(t, tl, h, r) || detectTrain(t, tl, h, r) || detectAnchored(tl, h, r)
 }
 
 // explicitPhase reads "gpuguard: phase=val step=1000 epoch=2".
-func explicitPhase(t []byte) (phaseHit, bool) {
+func explicitPhase(t []byte, r *phaseHit) bool {
 	i := bIndex(t, "gpuguard: phase=")
 	if i < 0 {
-		return phaseHit{}, false
+		return false
 	}
 	rest := t[i+len("gpuguard: phase="):]
-	var r phaseHit
 	switch {
 	case bHasPrefix(rest, "train"):
-		r = newPhaseHit(PhaseTrain)
+		*r = newPhaseHit(PhaseTrain)
 		rest = rest[len("train"):]
 	case bHasPrefix(rest, "val"):
-		r = newPhaseHit(PhaseVal)
+		*r = newPhaseHit(PhaseVal)
 		rest = rest[len("val"):]
 	default:
-		return phaseHit{}, false
+		return false
 	}
 	if len(rest) > 0 && rest[0] != ' ' && rest[0] != '\t' {
-		return phaseHit{}, false
+		return false
 	}
 	r.explicit = true
 	if v, ok := wordInt(rest, "step="); ok {
@@ -332,11 +322,11 @@ func explicitPhase(t []byte) (phaseHit, bool) {
 	if v, ok := wordInt(rest, "epoch="); ok {
 		r.epoch = v
 	}
-	return r, true
+	return true
 }
 
-func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
-	r := newPhaseHit(PhaseVal)
+func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseVal)
 	if h.has(kwValid) {
 		switch {
 		case bHasPrefix(tl, "Validat"):
@@ -344,30 +334,30 @@ func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
 			// "Validating:", "Validation sanity check:"; plain prints.
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			r.done = r.tot > 0 && r.cur == r.tot
-			return r, true
+			return true
 		case bHas(t, "* Epoch (valid)"):
 			// catalyst: "3/25 * Epoch (valid):   8% 2/25"
 			r.epoch = leadingInt(tl)
 			r.cur, r.tot, _ = barCounter(t, bIndex(t, "(valid)"))
 			r.done = r.tot > 0 && r.cur == r.tot
-			return r, true
+			return true
 		case bHas(t, "valid on '") || bHas(t, "valid on \""):
 			// fairseq: "| epoch 001 | valid on 'valid' subset | valid_loss 9.31 ..."
 			r.epoch, _ = wordInt(t, "epoch")
 			r.step = globalStep(t, h)
 			r.done = bHas(t, "valid_loss") || bHas(t, "| loss ")
-			return r, true
+			return true
 		case bHas(t, "begin validation on"):
 			r.epoch, _ = wordInt(t, "epoch")
-			return r, true
+			return true
 		case bHasPrefix(tl, "[valid"):
-			return r, true
+			return true
 		case bHasPrefix(tl, "Running validation"), bHasPrefix(tl, "Start validation"), bHasPrefix(tl, "Starting validation"),
 			bHasPrefix(tl, "Begin validation"), bHasPrefix(tl, "Run validation"):
-			return r, true
+			return true
 		}
 	}
-	if h.has(kwEpoch) || h.has(kwIter) {
+	if (h.has(kwEpoch) || h.has(kwIter)) && (h.has(kwParenVal) || h.has(kwParenTest)) {
 		// MMEngine "Epoch(val)  [1][ 50/625]", mmcv 1.x "Epoch(val) [1][625]",
 		// "Epoch(test)", "Iter(val) [50/625]".
 		for _, tag := range [...]string{"Epoch(val)", "Epoch(test)", "Iter(val)", "Iter(test)"} {
@@ -382,26 +372,26 @@ func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
 					r.cur, r.tot = c, n
 					r.done = n > 0 && c == n
 				}
-				return r, true
+				return true
 			}
 		}
 	}
 	if h.has(kwValBracket) && bHasPrefix(tl, "[val") {
-		return r, true
+		return true
 	}
 	if h.has(kwEvalDict) && bHasPrefix(tl, "{'eval_") {
 		r.done = true
-		return r, true
+		return true
 	}
 	if h.has(kwEvalBracket) && bHasPrefix(tl, "[eval") {
-		return r, true
+		return true
 	}
 	if h.has(kwEvaluat) {
 		switch {
 		case bHasPrefix(tl, "Evaluating"), bHasPrefix(tl, "Evaluation"), bHasPrefix(tl, "Running evaluation"),
 			bHasPrefix(tl, "Start evaluation"), bHasPrefix(tl, "Starting evaluation"), bHasPrefix(tl, "Begin evaluation"):
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			return r, true
+			return true
 		}
 	}
 	if h.has(kwInference) {
@@ -410,12 +400,12 @@ func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
 		switch {
 		case bHas(t, "Inference done"):
 			r.cur, r.tot, _ = barCounter(t, bIndex(t, "Inference done"))
-			return r, true
+			return true
 		case bHas(t, "Start inference on"):
-			return r, true
+			return true
 		case bHas(t, "Total inference time"):
 			r.done = true
-			return r, true
+			return true
 		}
 	}
 	if h.has(kwTest) {
@@ -423,11 +413,11 @@ func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
 		case bHasPrefix(tl, "Test: ["), bHasPrefix(tl, "Test (EMA): ["):
 			// timm and the ImageNet example: "Test: [  10/196]"
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			return r, true
+			return true
 		case bHasPrefix(tl, "Testing DataLoader"), bHasPrefix(tl, "Testing:"):
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			r.done = r.tot > 0 && r.cur == r.tot
-			return r, true
+			return true
 		}
 	}
 	if h.has(kwImages) && bHas(t, "Class") && (bHas(t, "mAP") || bHas(t, "Box(") || bHas(t, "Instances")) {
@@ -439,34 +429,32 @@ func detectVal(t, tl []byte, h *hitSet) (phaseHit, bool) {
 			r.cur, r.tot, _ = barCounter(t, 0)
 		}
 		r.done = r.tot > 0 && r.cur == r.tot
-		return r, true
+		return true
 	}
 	if h.has(kwTop1) && bHas(t, "classes") {
 		r.cur, r.tot, _ = barCounter(t, bIndex(t, "top1_acc"))
 		r.done = r.tot > 0 && r.cur == r.tot
-		return r, true
+		return true
 	}
-	return phaseHit{}, false
+	return false
 }
 
-func detectTrain(t, tl []byte, h *hitSet) (phaseHit, bool) {
-	r := newPhaseHit(PhaseTrain)
-	if h.has(kwEpoch) {
-		if r, ok := detectEpochLine(t, tl, h); ok {
-			return r, true
-		}
+func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseTrain)
+	if h.has(kwEpoch) && detectEpochLine(t, tl, h, r) {
+		return true
 	}
 	if h.has(kwIter) {
-		if i := bIndex(t, "Iter(train)"); i >= 0 {
+		if i := bIndex(t, "Iter(train)"); h.has(kwParenTrain) && i >= 0 {
 			r.cur, r.tot, _ = barCounter(t, i)
 			r.step = r.cur
-			return r, true
+			return true
 		}
 		if i := bIndex(t, "d2.utils.events"); i >= 0 {
 			// "d2.utils.events]:  eta: 0:42:10  iter: 19  total_loss: 2.118"
 			if v, ok := wordInt(t[i:], "iter:"); ok {
 				r.step = v
-				return r, true
+				return true
 			}
 		}
 	}
@@ -474,7 +462,7 @@ func detectTrain(t, tl []byte, h *hitSet) (phaseHit, bool) {
 		switch {
 		case bHas(t, "Starting training from iteration"):
 			r.step, _ = wordInt(t, "iteration")
-			return r, true
+			return true
 		case bHasPrefix(tl, "Training epoch "):
 			// NeMo 2: "Training epoch 0, iteration 496/1999 | ... | global_step: 496"
 			r.epoch, _ = wordInt(tl, "epoch")
@@ -483,72 +471,75 @@ func detectTrain(t, tl []byte, h *hitSet) (phaseHit, bool) {
 			if g := globalStep(t, h); g >= 0 {
 				r.step = g
 			}
-			return r, true
+			return true
 		case bHasPrefix(tl, "Starting training"), bHasPrefix(tl, "Start training"), bHasPrefix(tl, "Running training"),
 			bHasPrefix(tl, "Begin training"), bHas(t, "begin training epoch"):
 			r.epoch, _ = wordInt(t, "epoch")
-			return r, true
+			return true
 		case bHasPrefix(tl, "Training:"), bHasPrefix(tl, "Training DataLoader"):
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			return r, true
+			return true
 		case bHasPrefix(tl, "[train"):
-			return r, true
+			return true
 		case bHasPrefix(tl, "Train: "):
 			// timm: "Train: 3 [ 100/1251 (  8%)]  Loss: ..."
 			r.epoch, _ = wordInt(tl, "Train:")
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			r.step = r.cur
-			return r, true
+			return true
 		case bHas(t, "train/loss"):
 			// "train/loss/con 0.11 / train/loss/dyn 4.87" style metric lines
 			r.step = globalStep(t, h)
-			return r, true
+			return true
 		}
 	}
 	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
 		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}"
 		r.nan = h.has(kwNaN) && nanLoss(t)
-		return r, true
+		return true
 	}
 	if h.has(kwSkipped) {
 		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
 		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
 			r.step = v
-			return r, true
+			return true
 		}
 	}
 	if h.has(kwOverflow) && bHas(t, "Skipping step") {
 		// DeepSpeed fp16 loss scaling: "OVERFLOW! Rank 0 Skipping step."
-		return r, true
+		return true
 	}
-	return phaseHit{}, false
+	return false
 }
 
 // detectEpochLine handles the many "Epoch ..." forms.
-func detectEpochLine(t, tl []byte, h *hitSet) (phaseHit, bool) {
-	r := newPhaseHit(PhaseTrain)
+func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseTrain)
 	nan := h.has(kwNaN) && nanLoss(t)
 	r.nan = nan
 	// Ultralytics header "      Epoch    GPU_mem   box_loss ..." (YOLOv5: gpu_mem).
 	if h.has(kwGPUMem) && bHasPrefix(tl, "Epoch") {
-		return r, true
+		return true
 	}
-	if i := bIndex(t, "Epoch(train)"); i >= 0 {
-		// MMEngine: "Epoch(train)  [2][3150/7329]  lr: ..."
-		if e, c, n, ok := bracketEpochIter(t[i+len("Epoch(train)"):]); ok {
-			r.epoch, r.cur, r.tot, r.step = e, c, n, c
+	if h.has(kwParenTrain) {
+		if i := bIndex(t, "Epoch(train)"); i >= 0 {
+			// MMEngine: "Epoch(train)  [2][3150/7329]  lr: ..."
+			if e, c, n, ok := bracketEpochIter(t[i+len("Epoch(train)"):]); ok {
+				r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			}
+			return true
 		}
-		return r, true
+		if i := bIndex(t, "* Epoch (train)"); i >= 0 {
+			// catalyst: "3/25 * Epoch (train): 100% 118/118"
+			r.epoch = leadingInt(tl)
+			r.cur, r.tot, _ = barCounter(t, i)
+			r.step = r.cur
+			return true
+		}
 	}
-	if i := bIndex(t, "* Epoch (train)"); i >= 0 {
-		// catalyst: "3/25 * Epoch (train): 100% 118/118"
-		r.epoch = leadingInt(tl)
-		r.cur, r.tot, _ = barCounter(t, i)
-		r.step = r.cur
-		return r, true
-	}
-	// "Epoch" as a word, at most a few occurrences per line.
-	for off, tries := 0, 0; tries < 4; tries++ {
+	// "Epoch" as a word, at most a few occurrences per line, from the first
+	// occurrence of "epoch" in any case.
+	for off, tries := h.at(kwEpoch), 0; tries < 4; tries++ {
 		i := bIndex(t[off:], "Epoch")
 		if i < 0 {
 			break
@@ -562,8 +553,8 @@ func detectEpochLine(t, tl []byte, h *hitSet) (phaseHit, bool) {
 				continue
 			}
 		}
-		if q, ok := epochForm(t[i+len("Epoch"):], t, r); ok {
-			return q, true
+		if epochForm(t[i+len("Epoch"):], t, r) {
+			return true
 		}
 	}
 	// fairseq: "| epoch 001:    850 / 4120 loss=10.812, ... num_updates=847"
@@ -579,35 +570,35 @@ func detectEpochLine(t, tl []byte, h *hitSet) (phaseHit, bool) {
 			if g := globalStep(t, h); g >= 0 {
 				r.step = g
 			}
-			return r, true
+			return true
 		}
 	}
-	return phaseHit{}, false
+	return false
 }
 
 // epochForm parses what follows the word "Epoch" (rest); t is the whole line
 // and r the hit to fill in.
-func epochForm(rest, t []byte, r phaseHit) (phaseHit, bool) {
+func epochForm(rest, t []byte, r *phaseHit) bool {
 	if len(rest) > 0 && rest[0] == ':' {
 		// "Epoch: [3][2417/5005]" (ImageNet example, torch7)
 		if e, c, n, ok := bracketEpochIter(rest[1:]); ok {
 			r.epoch, r.cur, r.tot, r.step = e, c, n, c
-			return r, true
+			return true
 		}
-		return r, false
+		return false
 	}
 	if len(rest) == 0 || rest[0] != ' ' {
-		return r, false
+		return false
 	}
 	rest = trimSpaceLeft(rest)
 	if len(rest) == 0 {
-		return r, false
+		return false
 	}
 	if rest[0] == '[' {
 		if e, c, n, ok := bracketEpochIter(rest); ok && c >= 0 {
 			// mmcv 1.x: "Epoch [7][250/2930]   lr: ..."
 			r.epoch, r.cur, r.tot, r.step = e, c, n, c
-			return r, true
+			return true
 		}
 		if c, _, ok := barCounter(rest, 0); ok {
 			// "Epoch [1/10], Step [100/600], Loss: ..." tutorials
@@ -617,13 +608,13 @@ func epochForm(rest, t []byte, r phaseHit) (phaseHit, bool) {
 					r.step = sc
 				}
 			}
-			return r, true
+			return true
 		}
-		return r, false
+		return false
 	}
 	v, n, ok := scanInt(rest)
 	if !ok || !asciiDigit(rest[0]) {
-		return r, false
+		return false
 	}
 	r.epoch = v
 	after := rest[n:]
@@ -632,15 +623,15 @@ func epochForm(rest, t []byte, r phaseHit) (phaseHit, bool) {
 		// Lightning: "Epoch 3:  45%|####  | 123/456 [00:12<00:30, ...]"
 		a := trimSpaceLeft(after[1:])
 		if len(a) == 0 || !(asciiDigit(a[0]) || a[0] == '|') {
-			return r, false
+			return false
 		}
 		r.combined = true
 		r.cur, r.tot, _ = barCounter(a, 0)
 		r.step = r.cur
-		return r, true
+		return true
 	case len(after) > 0 && after[0] == '/':
 		// Keras and custom loops: "Epoch 3/10"
-		return r, true
+		return true
 	case bHasPrefix(after, " | iter "):
 		// litgpt: "Epoch 1 | iter 142 step 142 | loss train: 2.417"
 		if v, ok := wordInt(after, "step"); ok {
@@ -648,51 +639,51 @@ func epochForm(rest, t []byte, r phaseHit) (phaseHit, bool) {
 		} else if v, ok := wordInt(after, "iter"); ok {
 			r.step = v
 		}
-		return r, true
+		return true
 	}
-	return r, false
+	return false
 }
 
 // detectAnchored recognises lines by their shape at the start, with no
 // keyword: Ultralytics' training row and results row, and the Keras progress
 // bar. tl has no leading spaces.
-func detectAnchored(tl []byte, h *hitSet) (phaseHit, bool) {
+func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 	if len(tl) == 0 {
-		return phaseHit{}, false
+		return false
 	}
 	if asciiDigit(tl[0]) {
 		e, n1, _ := scanInt(tl)
 		if n1 >= len(tl) || tl[n1] != '/' {
-			return phaseHit{}, false
+			return false
 		}
 		tot, n2, ok := scanInt(tl[n1+1:])
 		if !ok || !asciiDigit(tl[n1+1]) {
-			return phaseHit{}, false
+			return false
 		}
 		rest := tl[n1+1+n2:]
 		if len(rest) > 1 && rest[0] == ' ' && rest[1] == '[' {
 			// Keras: "123/456 [=====>....] - ETA: 10s - loss: 0.3"
 			if len(rest) > 2 && (rest[2] == '=' || rest[2] == '>' || rest[2] == '.') {
-				r := newPhaseHit(PhaseTrain)
+				*r = newPhaseHit(PhaseTrain)
 				r.cur, r.tot, r.step = e, tot, e
 				r.nan = h.has(kwNaN) && nanLoss(tl)
-				return r, true
+				return true
 			}
-			return phaseHit{}, false
+			return false
 		}
 		// Ultralytics: "     88/300      8.02G     0.9096 ...   640: 100%|...| 57/57"
 		s := trimSpaceLeft(rest)
 		if len(s) == len(rest) {
-			return phaseHit{}, false
+			return false
 		}
 		i := 0
 		for i < len(s) && (asciiDigit(s[i]) || s[i] == '.') {
 			i++
 		}
 		if i == 0 || i >= len(s) || s[i] != 'G' || (i+1 < len(s) && s[i+1] != ' ') {
-			return phaseHit{}, false
+			return false
 		}
-		r := newPhaseHit(PhaseTrain)
+		*r = newPhaseHit(PhaseTrain)
 		r.epoch = e
 		if j := bytes.IndexByte(s, '|'); j >= 0 {
 			r.cur, r.tot, _ = barCounter(s, j)
@@ -701,7 +692,7 @@ func detectAnchored(tl []byte, h *hitSet) (phaseHit, bool) {
 			r.cur, r.tot, _ = barCounter(s, j)
 			r.step = r.cur
 		}
-		return r, true
+		return true
 	}
 	if tl[0] == 'a' && bHasPrefix(tl, "all ") {
 		// Ultralytics results row: "all        251      33612      0.812 ..."
@@ -710,13 +701,13 @@ func detectAnchored(tl []byte, h *hitSet) (phaseHit, bool) {
 			_, n, _ := scanInt(s)
 			s2 := trimSpaceLeft(s[n:])
 			if len(s2) > 0 && asciiDigit(s2[0]) && len(s2) < len(s[n:]) {
-				r := newPhaseHit(PhaseVal)
+				*r = newPhaseHit(PhaseVal)
 				r.done = true
-				return r, true
+				return true
 			}
 		}
 	}
-	return phaseHit{}, false
+	return false
 }
 
 // leadingInt reads the integer at the start of b (catalyst's "3/25 * Epoch"),
