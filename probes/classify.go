@@ -63,7 +63,7 @@ type Classifier struct {
 	hits hitSet
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
-	num  int    // number of the line being read
+	num  int      // number of the line being read
 
 	// phases
 	phase        Phase
