@@ -134,12 +134,31 @@ func (o option) text() string {
 }
 
 // parseOptions splits a comma-separated key:value list, as PyTorch reads
-// PYTORCH_CUDA_ALLOC_CONF. Spaces around entries are dropped; empty entries
-// are skipped.
+// PYTORCH_CUDA_ALLOC_CONF: commas inside [brackets] belong to the value
+// ("roundup_power2_divisions:[256:1,512:2]"). Spaces around entries are
+// dropped; empty entries are skipped.
 func parseOptions(s string) []option {
 	var out []option
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
+	depth, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) {
+			switch s[i] {
+			case '[':
+				depth++
+				continue
+			case ']':
+				depth = max(0, depth-1)
+				continue
+			case ',':
+				if depth > 0 {
+					continue
+				}
+			default:
+				continue
+			}
+		}
+		part := strings.TrimSpace(s[start:i])
+		start = i + 1
 		if part == "" {
 			continue
 		}

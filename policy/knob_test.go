@@ -371,3 +371,52 @@ knobs:
 		t.Errorf("Argv = %q", g)
 	}
 }
+
+// An allocator option merged into PYTORCH_CUDA_ALLOC_CONF is copied to the
+// other allocator variables the user set (PyTorch 2.9+ reads
+// PYTORCH_ALLOC_CONF first), and a malformed one is left as written.
+func TestRenderAllocatorSiblings(t *testing.T) {
+	p := mustParse(t, `version: 1
+rules:
+  - name: r
+    steps: [{merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}}]
+`)
+	for _, tc := range []struct {
+		name      string
+		env, want []string
+		note      string
+	}{
+		{"generic variable set", []string{"PYTORCH_ALLOC_CONF=max_split_size_mb:64", "HOME=/h"},
+			[]string{"PYTORCH_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True", "HOME=/h", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
+			"env PYTORCH_ALLOC_CONF: added expandable_segments:True (kept in step with PYTORCH_CUDA_ALLOC_CONF)"},
+		{"generic variable overridden", []string{"PYTORCH_ALLOC_CONF=expandable_segments:False", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"},
+			[]string{"PYTORCH_ALLOC_CONF=expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
+			"env PYTORCH_ALLOC_CONF: expandable_segments False→True (kept in step with PYTORCH_CUDA_ALLOC_CONF)"},
+		{"malformed sibling left alone", []string{"PYTORCH_ALLOC_CONF=oops"},
+			[]string{"PYTORCH_ALLOC_CONF=oops", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
+			`PYTORCH_ALLOC_CONF="oops" is malformed`},
+		{"no sibling", []string{"HOME=/h"}, []string{"HOME=/h", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, "env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (was unset)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := Job{Argv: []string{"py"}, Env: tc.env}
+			vals, err := p.Start(job, files{}.read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := p.Decide(NewState(vals), oom("train"))
+			if d.Verb != Relaunch {
+				t.Fatalf("%s", d.Describe())
+			}
+			l, err := p.Render(job, d.State.Values, "", "/d", files{}.read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(l.Env, tc.want) {
+				t.Errorf("Env = %q\nwant %q", l.Env, tc.want)
+			}
+			if !strings.Contains(strings.Join(l.Notes, "\n"), tc.note) {
+				t.Errorf("Notes %q lack %q", l.Notes, tc.note)
+			}
+		})
+	}
+}

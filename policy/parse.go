@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuguard/gpuguard/envinject"
 	"github.com/gpuguard/gpuguard/probes"
 )
 
@@ -688,10 +689,17 @@ func (w *walker) action(fields []field, n *yaml.Node, what string, p *Policy) (a
 				if val.Null || len(parseOptions(val.Text)) == 0 {
 					w.at(f.val, "%s: merge_env %s needs options such as \"expandable_segments:True\"", what, f.name)
 				}
+				var opts []envinject.Option
+				bad := false
 				for _, o := range parseOptions(val.Text) {
 					if o.key == "" || !o.hasValue {
 						w.at(f.val, "%s: merge_env %s: option %q is not key:value", what, f.name, o.text())
+						bad = true
 					}
+					opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
+				}
+				if _, err := envinject.Merge(nil, opts, true); err != nil && !bad && isAllocatorVar(f.name) {
+					w.at(f.val, "%s: merge_env %s: %s", what, f.name, strings.TrimPrefix(err.Error(), "envinject: "))
 				}
 			}
 			a.sets = append(a.sets, setting{name: f.name, value: val})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/envinject"
 )
 
 // Job is the command as the user gave it.
@@ -340,9 +342,12 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 		if v.Null {
 			l.Env = unsetEnv(l.Env, name)
 			l.Notes = append(l.Notes, fmt.Sprintf("env %s unset (was %s)", name, old))
-		} else {
-			l.Env = setEnv(l.Env, name, v.Text)
-			l.Notes = append(l.Notes, fmt.Sprintf("env %s=%s (was %s)", name, v.Text, old))
+			continue
+		}
+		l.Env = setEnv(l.Env, name, v.Text)
+		l.Notes = append(l.Notes, fmt.Sprintf("env %s=%s (was %s)", name, v.Text, old))
+		if isAllocatorVar(name) {
+			p.syncAllocatorVars(&l, name, old, had, v.Text)
 		}
 	}
 	usedNames := map[string]bool{}
@@ -386,6 +391,58 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 		return Launch{}, errors.Join(list...)
 	}
 	return l, nil
+}
+
+// isAllocatorVar reports whether name is one of the variables PyTorch reads
+// its caching-allocator options from.
+func isAllocatorVar(name string) bool {
+	return name == envinject.VarCUDA || name == envinject.VarGeneric || name == envinject.VarHIP
+}
+
+// syncAllocatorVars applies the allocator options the policy changed in
+// name to the other allocator variables the user set, through envinject's
+// override merge: PyTorch 2.9+ reads PYTORCH_ALLOC_CONF before
+// PYTORCH_CUDA_ALLOC_CONF, so an option merged into one alone could be
+// ignored. A sibling whose value is malformed is left as written.
+func (p *Policy) syncAllocatorVars(l *Launch, name, old string, had bool, now string) {
+	if !had {
+		old = ""
+	}
+	before := parseOptions(old)
+	var opts []envinject.Option
+	for _, o := range parseOptions(now) {
+		if o.hasValue && !slices.Contains(before, o) {
+			opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
+		}
+	}
+	var siblings []string // the other allocator variables the user set, as KEY=VALUE
+	var names []string
+	for _, e := range l.Env {
+		if k, _, ok := strings.Cut(e, "="); ok && k != name && isAllocatorVar(k) {
+			siblings, names = append(siblings, e), append(names, k)
+		}
+	}
+	if len(opts) == 0 || len(siblings) == 0 {
+		return
+	}
+	// Merge always creates PYTORCH_CUDA_ALLOC_CONF; only the siblings'
+	// own results are taken.
+	res, err := envinject.Merge(siblings, opts, true)
+	if err != nil {
+		l.Notes = append(l.Notes, fmt.Sprintf("warning: %s's new options were not copied to the other allocator variables: %v", name, err))
+		return
+	}
+	for _, k := range names {
+		if v, ok := lookupEnv(res.Env, k); ok {
+			l.Env = setEnv(l.Env, k, v)
+		}
+	}
+	for _, c := range res.Changes {
+		if slices.Contains(names, c.Var) {
+			l.Notes = append(l.Notes, fmt.Sprintf("env %s (kept in step with %s)", c, name))
+		}
+	}
+	l.Notes = append(l.Notes, res.Warnings...)
 }
 
 func (p *Policy) passCheckpoint(l *Launch, ckpt string) {
