@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// releasingGPU frees memory step by step: each Sample lowers gpu0's use by
+// memReleasingGPU frees memory step by step: each Sample lowers gpu0's use by
 // step until it reaches floor.
-type releasingGPU struct {
-	*fakeGPU
+type memReleasingGPU struct {
+	*memFakeGPU
 	step, floor uint64
 }
 
-func (r *releasingGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
-	out, err := r.fakeGPU.Sample(ctx, pids)
+func (r *memReleasingGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
+	out, err := r.memFakeGPU.Sample(ctx, pids)
 	r.mu.Lock()
 	if u := r.used["gpu0"]; u > r.floor+r.step {
 		r.used["gpu0"] = u - r.step
@@ -28,12 +28,12 @@ func (r *releasingGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, err
 }
 
 func TestWaitGPUReleaseReleased(t *testing.T) {
-	f := newFakeGPU(2, 80*gib)
-	f.set("gpu0", 2*gib)
-	f.set("gpu1", 1*gib)
+	f := newMemFakeGPU(2, 80*memGiB)
+	f.set("gpu0", 2*memGiB)
+	f.set("gpu1", 1*memGiB)
 	baseline, _ := f.Sample(context.Background(), nil)
-	f.set("gpu0", 60*gib) // the dead attempt's memory, being torn down
-	g := &releasingGPU{fakeGPU: f, step: 20 * gib, floor: 2*gib + 100<<20}
+	f.set("gpu0", 60*memGiB) // the dead attempt's memory, being torn down
+	g := &memReleasingGPU{memFakeGPU: f, step: 20 * memGiB, floor: 2*memGiB + 100<<20}
 	err := waitGPURelease(context.Background(), g, nil, baseline, 0, time.Minute, time.Millisecond)
 	if err != nil {
 		t.Fatalf("err = %v", err)
@@ -44,16 +44,16 @@ func TestWaitGPUReleaseReleased(t *testing.T) {
 }
 
 func TestWaitGPUReleaseTimeout(t *testing.T) {
-	f := newFakeGPU(2, 80*gib)
-	f.set("gpu0", 2*gib)
+	f := newMemFakeGPU(2, 80*memGiB)
+	f.set("gpu0", 2*memGiB)
 	baseline, _ := f.Sample(context.Background(), nil)
-	f.set("gpu0", 30*gib) // an orphaned worker keeps it
+	f.set("gpu0", 30*memGiB) // an orphaned worker keeps it
 	err := waitGPURelease(context.Background(), f, nil, baseline, 0, 20*time.Millisecond, time.Millisecond)
 	var re *GPUReleaseError
 	if !errors.Is(err, ErrGPUNotReleased) || !errors.As(err, &re) {
 		t.Fatalf("err = %v", err)
 	}
-	if len(re.Holding) != 1 || re.Holding[0].ID != "gpu0" || re.Holding[0].UsedBytes != 30*gib || re.Holding[0].BaselineBytes != 2*gib {
+	if len(re.Holding) != 1 || re.Holding[0].ID != "gpu0" || re.Holding[0].UsedBytes != 30*memGiB || re.Holding[0].BaselineBytes != 2*memGiB {
 		t.Errorf("holdings %+v", re.Holding)
 	}
 	if !strings.Contains(err.Error(), "gpu0 uses 30.00 GiB (2.00 GiB before the attempt)") || !strings.Contains(err.Error(), "gpuguard doctor") {
@@ -62,7 +62,7 @@ func TestWaitGPUReleaseTimeout(t *testing.T) {
 }
 
 func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
-	f := newFakeGPU(1, 80*gib)
+	f := newMemFakeGPU(1, 80*memGiB)
 	baseline, _ := f.Sample(context.Background(), nil)
 	f.lost["gpu0"] = true
 	err := waitGPURelease(context.Background(), f, nil, baseline, 0, time.Hour, time.Hour)
@@ -71,7 +71,7 @@ func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
 		t.Errorf("lost GPU: %v", err)
 	}
 	f.lost["gpu0"] = false
-	f.set("gpu0", 50*gib)
+	f.set("gpu0", 50*memGiB)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := waitGPURelease(ctx, f, nil, baseline, 0, time.Hour, time.Hour); !errors.Is(err, context.Canceled) {
@@ -88,7 +88,7 @@ func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
 }
 
 func TestFormatBytes(t *testing.T) {
-	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 2048: "2 KiB", 512 << 20: "512 MiB", 39*gib + gib/2: "39.50 GiB", 2 << 40: "2.00 TiB"} {
+	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 2048: "2 KiB", 512 << 20: "512 MiB", 39*memGiB + memGiB/2: "39.50 GiB", 2 << 40: "2.00 TiB"} {
 		if got := FormatBytes(in); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", in, got, want)
 		}

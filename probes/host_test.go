@@ -197,7 +197,7 @@ func TestTreeScanRealSetsidGrandchild(t *testing.T) {
 	}
 	grand := strings.TrimSpace(line)
 	t.Cleanup(func() {
-		if pid, err := parsePID(grand); err == nil {
+		if pid, err := memParsePID(grand); err == nil {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		stdin.Close()
@@ -209,7 +209,7 @@ func TestTreeScanRealSetsidGrandchild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpid, err := parsePID(grand)
+	gpid, err := memParsePID(grand)
 	if err != nil {
 		t.Fatalf("shell printed %q", grand)
 	}
@@ -222,7 +222,7 @@ func TestTreeScanRealSetsidGrandchild(t *testing.T) {
 	}
 }
 
-func parsePID(s string) (int, error) {
+func memParsePID(s string) (int, error) {
 	var n int
 	for _, c := range s {
 		if c < '0' || c > '9' {

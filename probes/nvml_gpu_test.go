@@ -28,7 +28,7 @@ func mockMachine(srv *server.Server, used []uint64, procs map[int][]nvml.Process
 		d := d.(*server.Device)
 		u := uint64(0)
 		if i < len(used) {
-			u = used[i] * gib
+			u = used[i] * memGiB
 		}
 		total := d.MemoryInfo.Total
 		d.MemoryInfo = nvml.Memory{Total: total, Free: total - u, Used: u}
@@ -52,7 +52,7 @@ func openMock(t *testing.T, lib nvml.Interface, env []string) *nvmlGPU {
 	return g.(*nvmlGPU)
 }
 
-func ids(ds []GPUDevice) string {
+func memDeviceIDs(ds []GPUDevice) string {
 	var s []string
 	for _, d := range ds {
 		s = append(s, d.ID)
@@ -63,8 +63,8 @@ func ids(ds []GPUDevice) string {
 func TestNVMLResolvesUUIDsAndSamples(t *testing.T) {
 	srv := dgxa100.New()
 	mockMachine(srv, []uint64{1, 2, 3, 30, 5, 22, 7, 8}, map[int][]nvml.ProcessInfo{
-		3: {{Pid: 4242, UsedGpuMemory: 20 * gib}, {Pid: 4243, UsedGpuMemory: 2 * gib}, {Pid: 999, UsedGpuMemory: 8 * gib}},
-		5: {{Pid: 4242, UsedGpuMemory: 21 * gib}},
+		3: {{Pid: 4242, UsedGpuMemory: 20 * memGiB}, {Pid: 4243, UsedGpuMemory: 2 * memGiB}, {Pid: 999, UsedGpuMemory: 8 * memGiB}},
+		5: {{Pid: 4242, UsedGpuMemory: 21 * memGiB}},
 	})
 	u3 := srv.Devices[3].(*server.Device).UUID
 	u5 := srv.Devices[5].(*server.Device).UUID
@@ -72,13 +72,13 @@ func TestNVMLResolvesUUIDsAndSamples(t *testing.T) {
 	g := openMock(t, srv, env)
 
 	devs := g.Devices()
-	if ids(devs) != "gpu5,gpu3" {
-		t.Fatalf("devices %s, want gpu5,gpu3 (CUDA order)", ids(devs))
+	if memDeviceIDs(devs) != "gpu5,gpu3" {
+		t.Fatalf("devices %s, want gpu5,gpu3 (CUDA order)", memDeviceIDs(devs))
 	}
 	if devs[0].CUDAOrdinal != 0 || devs[1].CUDAOrdinal != 1 || devs[0].UUID != u5 {
 		t.Errorf("ordinals/UUIDs wrong: %+v", devs)
 	}
-	if devs[0].TotalBytes != 40*gib || !strings.Contains(devs[0].Name, "A100-SXM4-40GB") {
+	if devs[0].TotalBytes != 40*memGiB || !strings.Contains(devs[0].Name, "A100-SXM4-40GB") {
 		t.Errorf("device 5: %+v", devs[0])
 	}
 	got, err := g.Sample(context.Background(), []int{4242, 4243})
@@ -89,13 +89,13 @@ func TestNVMLResolvesUUIDsAndSamples(t *testing.T) {
 		t.Fatalf("%d samples, want 2: %+v", len(got), got)
 	}
 	s3 := got[1]
-	if s3.ID != "gpu3" || s3.UsedBytes != 30*gib || s3.TotalBytes != 40*gib || s3.ReservedBytes != 512<<20 {
+	if s3.ID != "gpu3" || s3.UsedBytes != 30*memGiB || s3.TotalBytes != 40*memGiB || s3.ReservedBytes != 512<<20 {
 		t.Errorf("gpu3 sample: %+v (used must be total-free, not v2's used)", s3)
 	}
-	if !s3.JobKnown || s3.JobBytes != 22*gib {
+	if !s3.JobKnown || s3.JobBytes != 22*memGiB {
 		t.Errorf("gpu3 job bytes: %+v, want 22 GiB (4242+4243, not 999)", s3)
 	}
-	if got[0].JobBytes != 21*gib || got[0].UsedBytes != 22*gib {
+	if got[0].JobBytes != 21*memGiB || got[0].UsedBytes != 22*memGiB {
 		t.Errorf("gpu5 sample: %+v", got[0])
 	}
 }
@@ -103,8 +103,8 @@ func TestNVMLResolvesUUIDsAndSamples(t *testing.T) {
 func TestNVMLIndicesWithoutPCIOrderFollowTheJobsProcesses(t *testing.T) {
 	srv := dgxh100.New()
 	mockMachine(srv, []uint64{70, 0, 0, 0, 0, 0, 33, 0}, map[int][]nvml.ProcessInfo{
-		0: {{Pid: 777, UsedGpuMemory: 70 * gib}}, // someone else's job
-		6: {{Pid: 5000, UsedGpuMemory: 33 * gib}},
+		0: {{Pid: 777, UsedGpuMemory: 70 * memGiB}}, // someone else's job
+		6: {{Pid: 5000, UsedGpuMemory: 33 * memGiB}},
 	})
 	core, logs := observer.New(zap.InfoLevel)
 	g, err := NewGPUFromNVML(srv, []string{"CUDA_VISIBLE_DEVICES=0"}, zap.New(core))
@@ -115,19 +115,19 @@ func TestNVMLIndicesWithoutPCIOrderFollowTheJobsProcesses(t *testing.T) {
 	if logs.FilterMessage("CUDA_VISIBLE_DEVICES").Len() != 1 {
 		t.Errorf("the order caveat was not logged: %v", logs.All())
 	}
-	if ids(g.Devices()) != "gpu0" {
-		t.Fatalf("initial guess %s, want gpu0", ids(g.Devices()))
+	if memDeviceIDs(g.Devices()) != "gpu0" {
+		t.Fatalf("initial guess %s, want gpu0", memDeviceIDs(g.Devices()))
 	}
 	// Before the job's processes appear, the guess is reported.
 	got, err := g.Sample(context.Background(), []int{5000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].ID != "gpu6" || got[0].UsedBytes != 33*gib || !got[0].JobKnown {
+	if len(got) != 1 || got[0].ID != "gpu6" || got[0].UsedBytes != 33*memGiB || !got[0].JobKnown {
 		t.Fatalf("samples %+v, want gpu6 only (where pid 5000 runs)", got)
 	}
-	if ids(g.Devices()) != "gpu6" {
-		t.Errorf("devices after resolution: %s, want gpu6", ids(g.Devices()))
+	if memDeviceIDs(g.Devices()) != "gpu6" {
+		t.Errorf("devices after resolution: %s, want gpu6", memDeviceIDs(g.Devices()))
 	}
 	// With PCI_BUS_ID the index is trusted and nothing moves.
 	g2 := openMock(t, srv, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=0"})
@@ -152,7 +152,7 @@ func TestNVMLLostGPU(t *testing.T) {
 	if !strings.Contains(err.Error(), "gpu1") {
 		t.Errorf("error %q does not name the device", err)
 	}
-	if len(got) != 2 || got[0].Lost || !got[1].Lost || got[0].UsedBytes != 10*gib {
+	if len(got) != 2 || got[0].Lost || !got[1].Lost || got[0].UsedBytes != 10*memGiB {
 		t.Errorf("samples %+v: gpu0 measured, gpu1 marked lost", got)
 	}
 }
@@ -173,7 +173,7 @@ func TestNVMLMissingPerProcessData(t *testing.T) {
 			}, "without their memory"},
 		{"host PIDs from another PID namespace",
 			func() ([]nvml.ProcessInfo, nvml.Return) {
-				return []nvml.ProcessInfo{{Pid: 918273, UsedGpuMemory: 5 * gib}}, nvml.SUCCESS
+				return []nvml.ProcessInfo{{Pid: 918273, UsedGpuMemory: 5 * memGiB}}, nvml.SUCCESS
 			}, "none of which is in the job's process tree"},
 	}
 	for _, tc := range tests {
@@ -192,7 +192,7 @@ func TestNVMLMissingPerProcessData(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(got) != 1 || got[0].JobKnown || got[0].UsedBytes != 12*gib {
+				if len(got) != 1 || got[0].JobKnown || got[0].UsedBytes != 12*memGiB {
 					t.Fatalf("sample %+v: want device figures, job unknown", got)
 				}
 			}
@@ -223,7 +223,7 @@ func TestNVMLMemoryV1WhenV2SymbolMissing(t *testing.T) {
 	}
 	g := openMock(t, srv, []string{"CUDA_VISIBLE_DEVICES=0"})
 	got, err := g.Sample(context.Background(), nil)
-	if err != nil || len(got) != 1 || got[0].UsedBytes != 6*gib || got[0].ReservedBytes != 0 {
+	if err != nil || len(got) != 1 || got[0].UsedBytes != 6*memGiB || got[0].ReservedBytes != 0 {
 		t.Fatalf("sample %+v, %v", got, err)
 	}
 	if v2calls.Load() != 0 {
@@ -291,7 +291,7 @@ func TestNVMLStuckSampleDoesNotBlock(t *testing.T) {
 	close(stuck)
 	<-fin
 	got, err := g.Sample(context.Background(), nil)
-	if err != nil || len(got) != 1 || got[0].UsedBytes != 3*gib {
+	if err != nil || len(got) != 1 || got[0].UsedBytes != 3*memGiB {
 		t.Fatalf("after recovery: %+v, %v", got, err)
 	}
 	if err := g.Close(); err != nil {
@@ -330,9 +330,9 @@ func TestNVMLMIGDevices(t *testing.T) {
 	d2 := srv.Devices[2].(*server.Device)
 	d2.MigMode = nvml.DEVICE_MIG_ENABLE
 	migs := []nvml.Device{
-		migDevice("MIG-11111111-aaaa-bbbb-cccc-000000000001", 1, 0, 10*gib, 9*gib, []nvml.ProcessInfo{{Pid: 31, UsedGpuMemory: 8 * gib}}),
+		migDevice("MIG-11111111-aaaa-bbbb-cccc-000000000001", 1, 0, 10*memGiB, 9*memGiB, []nvml.ProcessInfo{{Pid: 31, UsedGpuMemory: 8 * memGiB}}),
 		nil, // an empty slot
-		migDevice("MIG-22222222-aaaa-bbbb-cccc-000000000002", 2, 0, 20*gib, 1*gib, nil),
+		migDevice("MIG-22222222-aaaa-bbbb-cccc-000000000002", 2, 0, 20*memGiB, 1*memGiB, nil),
 	}
 	d2.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return len(migs), nvml.SUCCESS }
 	d2.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
@@ -348,22 +348,22 @@ func TestNVMLMIGDevices(t *testing.T) {
 	} {
 		g := openMock(t, srv, env)
 		devs := g.Devices()
-		if len(devs) != 1 || devs[0].ID != "gpu2.mig1" || !devs[0].MIG || devs[0].ParentUUID != d2.UUID || devs[0].TotalBytes != 20*gib {
+		if len(devs) != 1 || devs[0].ID != "gpu2.mig1" || !devs[0].MIG || devs[0].ParentUUID != d2.UUID || devs[0].TotalBytes != 20*memGiB {
 			t.Fatalf("%v: devices %+v", env, devs)
 		}
 		got, err := g.Sample(context.Background(), []int{31})
-		if err != nil || len(got) != 1 || got[0].UsedBytes != 1*gib || got[0].TotalBytes != 20*gib {
+		if err != nil || len(got) != 1 || got[0].UsedBytes != 1*memGiB || got[0].TotalBytes != 20*memGiB {
 			t.Fatalf("%v: sample %+v %v", env, got, err)
 		}
 	}
 	// Unset CUDA_VISIBLE_DEVICES: the job's process is found on the first
 	// MIG device, which is preferred over its parent GPU.
 	d2.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		return []nvml.ProcessInfo{{Pid: 31, UsedGpuMemory: 8 * gib, GpuInstanceId: 1}}, nvml.SUCCESS
+		return []nvml.ProcessInfo{{Pid: 31, UsedGpuMemory: 8 * memGiB, GpuInstanceId: 1}}, nvml.SUCCESS
 	}
 	g := openMock(t, srv, nil)
 	got, err := g.Sample(context.Background(), []int{31})
-	if err != nil || len(got) != 1 || got[0].ID != "gpu2.mig0" || got[0].JobBytes != 8*gib {
+	if err != nil || len(got) != 1 || got[0].ID != "gpu2.mig0" || got[0].JobBytes != 8*memGiB {
 		t.Fatalf("resolution by PID on MIG: %+v %v", got, err)
 	}
 }

@@ -222,10 +222,10 @@ type Sampler struct {
 	phase   Phase
 	epoch   int64 // -1 unknown
 	changed time.Time
-	run     *phaseRun
+	run     *memPhaseRun
 	runs    map[Phase]int // runs started per phase (labels when epochs are unknown)
-	hist    map[Phase][]runPeak
-	acc     map[Phase]*phaseAcc
+	hist    map[Phase][]memRunPeak
+	acc     map[Phase]*memPhaseAcc
 	devices map[string]GPUDevice
 	samples int
 	firstMs int64
@@ -239,9 +239,9 @@ type Sampler struct {
 	gpuWhy     string
 }
 
-// phaseRun is one uninterrupted stretch of a phase (one epoch's validation,
+// memPhaseRun is one uninterrupted stretch of a phase (one epoch's validation,
 // say), for leak trends and validation warnings.
-type phaseRun struct {
+type memPhaseRun struct {
 	phase   Phase
 	label   int64 // epoch, or run number when epochs are unknown
 	isEpoch bool
@@ -252,7 +252,7 @@ type phaseRun struct {
 	hostCap uint64
 }
 
-type runPeak struct {
+type memRunPeak struct {
 	label   int64
 	isEpoch bool
 	gpu     map[string]uint64
@@ -261,7 +261,7 @@ type runPeak struct {
 	hostCap uint64
 }
 
-type phaseAcc struct {
+type memPhaseAcc struct {
 	samples    int
 	gpu        map[string]*DevicePeak
 	host       uint64
@@ -312,8 +312,8 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 		wake:       make(chan struct{}, 1),
 		epoch:      -1,
 		runs:       map[Phase]int{},
-		hist:       map[Phase][]runPeak{},
-		acc:        map[Phase]*phaseAcc{},
+		hist:       map[Phase][]memRunPeak{},
+		acc:        map[Phase]*memPhaseAcc{},
 		devices:    map[string]GPUDevice{},
 		valWarned:  map[string]bool{},
 		leakWarned: map[string]int64{},
@@ -426,7 +426,7 @@ func (s *Sampler) record(now time.Time, hs HostSample, gs []GPUSample) {
 	s.lastMs = ms
 	acc := s.acc[phase]
 	if acc == nil {
-		acc = &phaseAcc{gpu: map[string]*DevicePeak{}}
+		acc = &memPhaseAcc{gpu: map[string]*DevicePeak{}}
 		s.acc[phase] = acc
 	}
 	acc.samples++
@@ -634,7 +634,7 @@ func (s *Sampler) SetPhase(p Phase, epoch int64) {
 // startRun begins a run of phase p. Called with s.mu held.
 func (s *Sampler) startRun(p Phase, epoch int64) {
 	s.runs[p]++
-	r := &phaseRun{phase: p, label: int64(s.runs[p]), gpu: map[string]uint64{}, gpuCap: map[string]uint64{}}
+	r := &memPhaseRun{phase: p, label: int64(s.runs[p]), gpu: map[string]uint64{}, gpuCap: map[string]uint64{}}
 	if epoch >= 0 {
 		r.label, r.isEpoch = epoch, true
 	}
@@ -653,7 +653,7 @@ func (s *Sampler) endRun() []Warning {
 	if len(h) > 0 && h[len(h)-1].isEpoch != r.isEpoch {
 		h = h[:0] // epochs became known (or unknown): start the trend over
 	}
-	h = append(h, runPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap})
+	h = append(h, memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap})
 	if len(h) > leakHistory {
 		h = append(h[:0], h[len(h)-leakHistory:]...)
 	}
@@ -665,14 +665,14 @@ func (s *Sampler) endRun() []Warning {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if w, ok := s.leakTrend(r.phase, id, h, func(p runPeak) (uint64, uint64, bool) {
+		if w, ok := s.leakTrend(r.phase, id, h, func(p memRunPeak) (uint64, uint64, bool) {
 			v, ok := p.gpu[id]
 			return v, p.gpuCap[id], ok
 		}, LeakMinRiseGPU); ok {
 			warns = append(warns, w)
 		}
 	}
-	if w, ok := s.leakTrend(r.phase, "host", h, func(p runPeak) (uint64, uint64, bool) {
+	if w, ok := s.leakTrend(r.phase, "host", h, func(p memRunPeak) (uint64, uint64, bool) {
 		return p.host, p.hostCap, p.host > 0
 	}, LeakMinRiseHost); ok {
 		warns = append(warns, w)
@@ -684,7 +684,7 @@ func (s *Sampler) endRun() []Warning {
 // LeakMinRuns runs whose peaks each rose by minRise or more. It projects the
 // growth per epoch (the average over the streak) to the first epoch whose
 // peak would exceed the capacity.
-func (s *Sampler) leakTrend(p Phase, dev string, h []runPeak, get func(runPeak) (used, capacity uint64, ok bool), minRise uint64) (Warning, bool) {
+func (s *Sampler) leakTrend(p Phase, dev string, h []memRunPeak, get func(memRunPeak) (used, capacity uint64, ok bool), minRise uint64) (Warning, bool) {
 	n := 0 // runs in the rising streak, counting the last
 	for i := len(h) - 1; i >= 0; i-- {
 		v, _, ok := get(h[i])
@@ -733,7 +733,7 @@ func (s *Sampler) leakTrend(p Phase, dev string, h []runPeak, get func(runPeak) 
 		w.Epoch = -1
 	}
 	w.Message = fmt.Sprintf("%s peak on %s grew %d times in a row (%s → %s over %ss %d-%d), about %s per %s",
-		phaseName(p), dev, n-1, FormatBytes(v0), FormatBytes(v1), unit, first.label, last.label, FormatBytes(growth), unit)
+		memPhaseName(p), dev, n-1, FormatBytes(v0), FormatBytes(v1), unit, first.label, last.label, FormatBytes(growth), unit)
 	if capacity > v1 {
 		left := (capacity - v1 + growth - 1) / growth
 		w.FailEpoch = last.label + int64(left)
@@ -746,7 +746,7 @@ func (s *Sampler) leakTrend(p Phase, dev string, h []runPeak, get func(runPeak) 
 	return w, true
 }
 
-func phaseName(p Phase) string {
+func memPhaseName(p Phase) string {
 	switch p {
 	case PhaseVal:
 		return "validation"
@@ -777,7 +777,7 @@ func (s *Sampler) Summary() Summary {
 	for p := range s.acc {
 		phases = append(phases, p)
 	}
-	sort.Slice(phases, func(i, j int) bool { return phaseOrder(phases[i]) < phaseOrder(phases[j]) })
+	sort.Slice(phases, func(i, j int) bool { return memPhaseOrder(phases[i]) < memPhaseOrder(phases[j]) })
 	for _, p := range phases {
 		a := s.acc[p]
 		ps := PhaseSummary{Phase: p, Samples: a.samples, HostPeakBytes: a.host, HostLimitBytes: a.hostLimit, HostPeakMs: a.hostMs,
@@ -805,8 +805,8 @@ func (s *Sampler) Summary() Summary {
 	return out
 }
 
-// phaseOrder sorts train, val, other phases by name, then "".
-func phaseOrder(p Phase) string {
+// memPhaseOrder sorts train, val, other phases by name, then "".
+func memPhaseOrder(p Phase) string {
 	switch p {
 	case PhaseTrain:
 		return "0"

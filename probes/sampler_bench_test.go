@@ -29,10 +29,10 @@ import (
 func benchGPU(b *testing.B, pid int) GPU {
 	srv := dgxa100.New()
 	mockMachine(srv, []uint64{30, 30, 30, 30, 30, 30, 30, 30}, map[int][]nvml.ProcessInfo{
-		0: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}}, 1: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}},
-		2: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}}, 3: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}},
-		4: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}}, 5: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}},
-		6: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}}, 7: {{Pid: uint32(pid), UsedGpuMemory: 20 * gib}},
+		0: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}}, 1: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}},
+		2: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}}, 3: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}},
+		4: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}}, 5: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}},
+		6: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}}, 7: {{Pid: uint32(pid), UsedGpuMemory: 20 * memGiB}},
 	})
 	g, err := NewGPUFromNVML(srv, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"}, zap.NewNop())
 	if err != nil {
@@ -42,9 +42,9 @@ func benchGPU(b *testing.B, pid int) GPU {
 	return g
 }
 
-// startTree starts a parent shell with n sleep children and returns the
+// memStartTree starts a parent shell with n sleep children and returns the
 // shell's pid once all children exist.
-func startTree(b *testing.B, n int) int {
+func memStartTree(b *testing.B, n int) int {
 	cmd := exec.Command("sh", "-c", fmt.Sprintf("for i in $(seq %d); do sleep 3600 & done; echo ready; wait", n))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -66,7 +66,7 @@ func startTree(b *testing.B, n int) int {
 	return cmd.Process.Pid
 }
 
-func cpuTime() time.Duration {
+func memCPUTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -78,22 +78,22 @@ func cpuTime() time.Duration {
 // sampling rate. The rate matters because PSS, command lines and the cgroup
 // location are refreshed once per second of sampler time.
 func BenchmarkSamplerCPU(b *testing.B) {
-	root := startTree(b, 50)
+	root := memStartTree(b, 50)
 	gpu := benchGPU(b, root)
 	for _, hz := range []float64{10, 100} {
 		b.Run(fmt.Sprintf("%gHz", hz), func(b *testing.B) {
-			c := &clock{t: t0}
-			s := NewSampler(SamplerConfig{GPU: gpu, Now: c.Now, Timeline: discardWriter{}, OnWarning: func(Warning) {}})
+			c := &memClock{t: memT0}
+			s := NewSampler(SamplerConfig{GPU: gpu, Now: c.Now, Timeline: memDiscard{}, OnWarning: func(Warning) {}})
 			step := time.Duration(float64(time.Second) / hz)
 			ctx := context.Background()
 			s.tick(ctx, root) // warm the caches
 			b.ResetTimer()
-			start := cpuTime()
+			start := memCPUTime()
 			for i := 0; i < b.N; i++ {
 				c.Add(step)
 				s.tick(ctx, root)
 			}
-			cpu := cpuTime() - start
+			cpu := memCPUTime() - start
 			b.StopTimer()
 			perSample := cpu / time.Duration(b.N)
 			b.ReportMetric(float64(perSample.Microseconds()), "cpu-µs/sample")
@@ -111,11 +111,11 @@ func BenchmarkSamplerCPU(b *testing.B) {
 // reports the heap's growth after the first simulated hour, and the
 // timeline's size per day.
 func BenchmarkSampler24h(b *testing.B) {
-	root := startTree(b, 1)
+	root := memStartTree(b, 1)
 	gpu := benchGPU(b, root)
 	for i := 0; i < b.N; i++ {
-		c := &clock{t: t0}
-		var w countingWriter
+		c := &memClock{t: memT0}
+		var w memCountingWriter
 		s := NewSampler(SamplerConfig{GPU: gpu, Now: c.Now, Timeline: &w, OnWarning: func(Warning) {}})
 		ctx := context.Background()
 		const perHour = 36000
@@ -146,6 +146,6 @@ func BenchmarkSampler24h(b *testing.B) {
 	fmt.Fprintln(os.Stderr, "24h simulated")
 }
 
-type countingWriter struct{ n int64 }
+type memCountingWriter struct{ n int64 }
 
-func (c *countingWriter) Write(b []byte) (int, error) { c.n += int64(len(b)); return len(b), nil }
+func (c *memCountingWriter) Write(b []byte) (int, error) { c.n += int64(len(b)); return len(b), nil }

@@ -15,10 +15,10 @@ import (
 	"time"
 )
 
-const gib = uint64(1) << 30
+const memGiB = uint64(1) << 30
 
-// fakeGPU is a hand-written GPU probe: devices with settable use.
-type fakeGPU struct {
+// memFakeGPU is a hand-written GPU probe: devices with settable use.
+type memFakeGPU struct {
 	mu      sync.Mutex
 	devs    []GPUDevice
 	used    map[string]uint64
@@ -28,8 +28,8 @@ type fakeGPU struct {
 	pids    []int
 }
 
-func newFakeGPU(n int, total uint64) *fakeGPU {
-	f := &fakeGPU{used: map[string]uint64{}, lost: map[string]bool{}}
+func newMemFakeGPU(n int, total uint64) *memFakeGPU {
+	f := &memFakeGPU{used: map[string]uint64{}, lost: map[string]bool{}}
 	for i := 0; i < n; i++ {
 		id := "gpu" + string(rune('0'+i))
 		f.devs = append(f.devs, GPUDevice{ID: id, Index: i, UUID: "GPU-fake-" + id, TotalBytes: total, CUDAOrdinal: i})
@@ -37,16 +37,16 @@ func newFakeGPU(n int, total uint64) *fakeGPU {
 	return f
 }
 
-func (f *fakeGPU) set(id string, used uint64) {
+func (f *memFakeGPU) set(id string, used uint64) {
 	f.mu.Lock()
 	f.used[id] = used
 	f.mu.Unlock()
 }
 
-func (f *fakeGPU) Available() (bool, string) { return true, "" }
-func (f *fakeGPU) Devices() []GPUDevice      { return append([]GPUDevice(nil), f.devs...) }
-func (f *fakeGPU) Close() error              { return nil }
-func (f *fakeGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
+func (f *memFakeGPU) Available() (bool, string) { return true, "" }
+func (f *memFakeGPU) Devices() []GPUDevice      { return append([]GPUDevice(nil), f.devs...) }
+func (f *memFakeGPU) Close() error              { return nil }
+func (f *memFakeGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
 	f.mu.Lock()
 	f.calls++
 	f.pids = append(f.pids[:0], pids...)
@@ -72,23 +72,23 @@ func (f *fakeGPU) Sample(ctx context.Context, pids []int) ([]GPUSample, error) {
 	return out, err
 }
 
-// clock is an injected clock.
-type clock struct {
+// memClock is an injected clock.
+type memClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
+func (c *memClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *memClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var memT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// startSleep starts a real child to sample; cleanup kills and reaps it.
-func startSleep(t testing.TB) int {
+// memStartSleep starts a real child to sample; cleanup kills and reaps it.
+func memStartSleep(t testing.TB) int {
 	t.Helper()
 	cmd := exec.Command("sleep", "600")
 	if err := cmd.Start(); err != nil {
@@ -99,7 +99,7 @@ func startSleep(t testing.TB) int {
 }
 
 func TestSamplerRates(t *testing.T) {
-	c := &clock{t: t0}
+	c := &memClock{t: memT0}
 	s := NewSampler(SamplerConfig{Now: c.Now})
 	if d := s.interval(c.Now()); d != time.Second {
 		t.Errorf("base interval %v, want 1s", d)
@@ -129,17 +129,17 @@ func TestSamplerRates(t *testing.T) {
 }
 
 func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
-	pid := startSleep(t)
-	c := &clock{t: t0}
-	gpu := newFakeGPU(2, 40*gib)
+	pid := memStartSleep(t)
+	c := &memClock{t: memT0}
+	gpu := newMemFakeGPU(2, 40*memGiB)
 	var tl bytes.Buffer
 	var warns []Warning
-	s := NewSampler(SamplerConfig{GPU: gpu, Timeline: &tl, Attempt: 2, Now: c.Now, Origin: t0.Add(-time.Minute),
+	s := NewSampler(SamplerConfig{GPU: gpu, Timeline: &tl, Attempt: 2, Now: c.Now, Origin: memT0.Add(-time.Minute),
 		OnWarning: func(w Warning) { warns = append(warns, w) }})
 	ctx := context.Background()
 	step := func(d time.Duration, used0, used1 uint64) {
-		gpu.set("gpu0", used0*gib)
-		gpu.set("gpu1", used1*gib)
+		gpu.set("gpu0", used0*memGiB)
+		gpu.set("gpu1", used1*memGiB)
 		s.tick(ctx, pid)
 		c.Add(d)
 	}
@@ -157,15 +157,15 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 	step(time.Second, 20, 21)
 
 	sum := s.Summary()
-	if sum.Attempt != 2 || sum.Samples != 11 || !sum.Origin.Equal(t0.Add(-time.Minute)) {
+	if sum.Attempt != 2 || sum.Samples != 11 || !sum.Origin.Equal(memT0.Add(-time.Minute)) {
 		t.Errorf("summary header %+v", sum)
 	}
 	if len(sum.Phases) != 3 || sum.Phases[0].Phase != PhaseTrain || sum.Phases[1].Phase != PhaseVal || sum.Phases[2].Phase != PhaseNone {
 		t.Fatalf("phases %+v, want train, val, none", sum.Phases)
 	}
 	val, _ := sum.Phase(PhaseVal)
-	if val.Samples != 4 || len(val.GPU) != 2 || val.GPU[0].PeakBytes != 39*gib || val.GPU[0].HeadroomBytes != 1*gib ||
-		val.GPU[0].CapacityBytes != 40*gib || val.GPU[1].PeakBytes != 23*gib || val.GPU[0].PeakJobBytes != 39*gib/2 {
+	if val.Samples != 4 || len(val.GPU) != 2 || val.GPU[0].PeakBytes != 39*memGiB || val.GPU[0].HeadroomBytes != 1*memGiB ||
+		val.GPU[0].CapacityBytes != 40*memGiB || val.GPU[1].PeakBytes != 23*memGiB || val.GPU[0].PeakJobBytes != 39*memGiB/2 {
 		t.Errorf("val peaks %+v", val)
 	}
 	if got := sum.PeakFraction(PhaseVal); got != 39.0/40 {
@@ -185,7 +185,7 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 		t.Errorf("host figures missing: %+v", val)
 	}
 	// One warning for gpu0 in this validation run, none for gpu1.
-	if len(warns) != 1 || warns[0].Kind != WarnValPeak || warns[0].Device != "gpu0" || warns[0].UsedBytes != 38*gib ||
+	if len(warns) != 1 || warns[0].Kind != WarnValPeak || warns[0].Device != "gpu0" || warns[0].UsedBytes != 38*memGiB ||
 		warns[0].Attempt != 2 || warns[0].Epoch != 0 || !strings.Contains(warns[0].Message, "within 5% of capacity") {
 		t.Errorf("warnings %+v", warns)
 	}
@@ -220,8 +220,8 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 		t.Errorf("devices in timeline: %v", devs)
 	}
 	first := rows[0]
-	if first.ElapsedMs != 60000 || first.Phase != PhaseNone || first.Device != "gpu0" || first.UsedBytes != gib ||
-		first.LimitBytes != 40*gib || !first.JobKnown || first.JobBytes != gib/2 {
+	if first.ElapsedMs != 60000 || first.Phase != PhaseNone || first.Device != "gpu0" || first.UsedBytes != memGiB ||
+		first.LimitBytes != 40*memGiB || !first.JobKnown || first.JobBytes != memGiB/2 {
 		t.Errorf("first row %+v", first)
 	}
 	var peakRow TimelineRow
@@ -240,24 +240,24 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 }
 
 // record feeds synthetic samples (for trend tests that need no /proc).
-func recordSynthetic(s *Sampler, c *clock, gpuUsed uint64, host uint64) {
-	gs := []GPUSample{{ID: "gpu0", UUID: "GPU-x", UsedBytes: gpuUsed, TotalBytes: 40 * gib}}
-	hs := HostSample{RSSBytes: host, PSSBytes: host, MemTotalBytes: 64 * gib, MemAvailableBytes: 32 * gib}
+func memRecordSynthetic(s *Sampler, c *memClock, gpuUsed uint64, host uint64) {
+	gs := []GPUSample{{ID: "gpu0", UUID: "GPU-x", UsedBytes: gpuUsed, TotalBytes: 40 * memGiB}}
+	hs := HostSample{RSSBytes: host, PSSBytes: host, MemTotalBytes: 64 * memGiB, MemAvailableBytes: 32 * memGiB}
 	s.record(c.Now(), hs, gs)
 	c.Add(100 * time.Millisecond)
 }
 
 func TestSamplerLeakTrend(t *testing.T) {
-	c := &clock{t: t0}
+	c := &memClock{t: memT0}
 	var warns []Warning
 	s := NewSampler(SamplerConfig{Now: c.Now, Attempt: 1, OnWarning: func(w Warning) { warns = append(warns, w) }})
 	for epoch := int64(1); epoch <= 4; epoch++ {
 		s.SetPhase(PhaseTrain, epoch)
-		recordSynthetic(s, c, 10*gib, 4*gib)
+		memRecordSynthetic(s, c, 10*memGiB, 4*memGiB)
 		s.SetPhase(PhaseVal, -1) // validation of this epoch
-		recordSynthetic(s, c, 15*gib, 4*gib)
-		recordSynthetic(s, c, (19+uint64(epoch))*gib, 4*gib) // peaks 20, 21, 22, 23 GiB
-		recordSynthetic(s, c, 15*gib, 4*gib)
+		memRecordSynthetic(s, c, 15*memGiB, 4*memGiB)
+		memRecordSynthetic(s, c, (19+uint64(epoch))*memGiB, 4*memGiB) // peaks 20, 21, 22, 23 GiB
+		memRecordSynthetic(s, c, 15*memGiB, 4*memGiB)
 	}
 	s.SetPhase(PhaseTrain, 5) // ends epoch 4's validation
 	var leaks []Warning
@@ -271,8 +271,8 @@ func TestSamplerLeakTrend(t *testing.T) {
 		t.Fatalf("leak warnings %+v, want 2 (after epochs 3 and 4)", leaks)
 	}
 	w := leaks[1]
-	if w.Phase != PhaseVal || w.Device != "gpu0" || w.Epoch != 4 || w.GrowthPerEpochBytes != gib || w.UsedBytes != 23*gib ||
-		w.LimitBytes != 40*gib || w.FailEpoch != 4+17 || len(w.TrendEpochs) != 4 || w.TrendEpochs[0] != 1 {
+	if w.Phase != PhaseVal || w.Device != "gpu0" || w.Epoch != 4 || w.GrowthPerEpochBytes != memGiB || w.UsedBytes != 23*memGiB ||
+		w.LimitBytes != 40*memGiB || w.FailEpoch != 4+17 || len(w.TrendEpochs) != 4 || w.TrendEpochs[0] != 1 {
 		t.Errorf("leak warning %+v", w)
 	}
 	if !strings.Contains(w.Message, "at epoch 21") || !strings.Contains(w.Message, "1.00 GiB per epoch") {
@@ -290,17 +290,17 @@ func TestSamplerLeakTrend(t *testing.T) {
 }
 
 func TestSamplerNoLeakOnFlatOrNoisyPeaks(t *testing.T) {
-	c := &clock{t: t0}
+	c := &memClock{t: memT0}
 	var warns []Warning
 	s := NewSampler(SamplerConfig{Now: c.Now, OnWarning: func(w Warning) { warns = append(warns, w) }})
 	// Validation runs without epoch numbers; peaks wobble by less than the
 	// minimum rise, then fall back.
-	peaks := []uint64{20 * gib, 20*gib + 4<<20, 20*gib + 8<<20, 20*gib + 12<<20, 19 * gib, 20 * gib}
+	peaks := []uint64{20 * memGiB, 20*memGiB + 4<<20, 20*memGiB + 8<<20, 20*memGiB + 12<<20, 19 * memGiB, 20 * memGiB}
 	for _, p := range peaks {
 		s.SetPhase(PhaseTrain, -1)
-		recordSynthetic(s, c, 10*gib, 4*gib)
+		memRecordSynthetic(s, c, 10*memGiB, 4*memGiB)
 		s.SetPhase(PhaseVal, -1)
-		recordSynthetic(s, c, p, 4*gib)
+		memRecordSynthetic(s, c, p, 4*memGiB)
 	}
 	s.SetPhase(PhaseTrain, -1)
 	for _, w := range warns {
@@ -311,14 +311,14 @@ func TestSamplerNoLeakOnFlatOrNoisyPeaks(t *testing.T) {
 }
 
 func TestSamplerHostLeakWithoutEpochs(t *testing.T) {
-	c := &clock{t: t0}
+	c := &memClock{t: memT0}
 	var warns []Warning
 	s := NewSampler(SamplerConfig{Now: c.Now, OnWarning: func(w Warning) { warns = append(warns, w) }})
 	for i := uint64(0); i < 3; i++ {
 		s.SetPhase(PhaseVal, -1)
-		recordSynthetic(s, c, 10*gib, (8+4*i)*gib) // host peaks 8, 12, 16 GiB of 64
+		memRecordSynthetic(s, c, 10*memGiB, (8+4*i)*memGiB) // host peaks 8, 12, 16 GiB of 64
 		s.SetPhase(PhaseTrain, -1)
-		recordSynthetic(s, c, 10*gib, 4*gib)
+		memRecordSynthetic(s, c, 10*memGiB, 4*memGiB)
 	}
 	var got *Warning
 	for i := range warns {
@@ -331,13 +331,13 @@ func TestSamplerHostLeakWithoutEpochs(t *testing.T) {
 	}
 	// Run numbers stand in for epochs: runs 1-3, 4 GiB per run; 64 GiB is
 	// reached after 12 more runs.
-	if got.Epoch != -1 || got.GrowthPerEpochBytes != 4*gib || got.FailEpoch != 3+12 || !strings.Contains(got.Message, "val run") {
+	if got.Epoch != -1 || got.GrowthPerEpochBytes != 4*memGiB || got.FailEpoch != 3+12 || !strings.Contains(got.Message, "val run") {
 		t.Errorf("%+v", got)
 	}
 }
 
 func TestSamplerHostWarningsFromCgroup(t *testing.T) {
-	c := &clock{t: t0}
+	c := &memClock{t: memT0}
 	var warns []Warning
 	var tl bytes.Buffer
 	s := NewSampler(SamplerConfig{ProcRoot: "testdata/cgroup/v2/proc", Now: c.Now, Timeline: &tl,
@@ -366,8 +366,8 @@ func TestSamplerHostWarningsFromCgroup(t *testing.T) {
 }
 
 func TestSamplerRunWakesOnPhaseChange(t *testing.T) {
-	pid := startSleep(t)
-	gpu := newFakeGPU(1, 40*gib)
+	pid := memStartSleep(t)
+	gpu := newMemFakeGPU(1, 40*memGiB)
 	gpu.samples = make(chan struct{}, 64)
 	s := NewSampler(SamplerConfig{GPU: gpu, BaseHz: 0.001}) // base rate: one sample per 1000 s
 	ctx, cancel := context.WithCancel(context.Background())
@@ -400,13 +400,13 @@ func TestSamplerRunWakesOnPhaseChange(t *testing.T) {
 }
 
 func TestSamplerTimelineWriteErrorKeepsSampling(t *testing.T) {
-	pid := startSleep(t)
+	pid := memStartSleep(t)
 	f, err := os.Create(filepath.Join(t.TempDir(), "tl.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close() // writes fail from now on
-	s := NewSampler(SamplerConfig{GPU: newFakeGPU(1, gib), Timeline: f})
+	s := NewSampler(SamplerConfig{GPU: newMemFakeGPU(1, memGiB), Timeline: f})
 	s.tick(context.Background(), pid)
 	s.tick(context.Background(), pid)
 	if s.Summary().Samples != 2 || !s.timelineErr {
@@ -419,15 +419,15 @@ func TestSamplerGoneRootAndLostGPU(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	gpu := newFakeGPU(2, 40*gib)
+	gpu := newMemFakeGPU(2, 40*memGiB)
 	s := NewSampler(SamplerConfig{GPU: gpu})
 	s.tick(context.Background(), cmd.Process.Pid)
 	if s.Summary().Samples != 0 {
 		t.Error("a gone root was sampled")
 	}
-	pid := startSleep(t)
+	pid := memStartSleep(t)
 	gpu.lost["gpu1"] = true
-	gpu.set("gpu0", 5*gib)
+	gpu.set("gpu0", 5*memGiB)
 	s.tick(context.Background(), pid)
 	sum := s.Summary()
 	ps, _ := sum.Phase(PhaseNone)
@@ -443,7 +443,7 @@ func TestOpenTimelineWritesTheHeaderOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := NewSampler(SamplerConfig{GPU: newFakeGPU(1, gib), Timeline: f, Attempt: attempt})
+		s := NewSampler(SamplerConfig{GPU: newMemFakeGPU(1, memGiB), Timeline: f, Attempt: attempt})
 		s.record(time.Now(), HostSample{RSSBytes: 1, MemTotalBytes: 2}, nil)
 		f.Close()
 	}
@@ -473,8 +473,8 @@ func TestReadTimelineErrors(t *testing.T) {
 // grow with the number of samples (the timeline goes to a writer, not to
 // memory). The 24-hour figure is measured by BenchmarkSampler24h.
 func TestSamplerMemoryBounded(t *testing.T) {
-	c := &clock{t: t0}
-	s := NewSampler(SamplerConfig{Now: c.Now, Timeline: discardWriter{}, OnWarning: func(Warning) {}})
+	c := &memClock{t: memT0}
+	s := NewSampler(SamplerConfig{Now: c.Now, Timeline: memDiscard{}, OnWarning: func(Warning) {}})
 	run := func(n int) {
 		for i := 0; i < n; i++ {
 			if i%3000 == 0 {
@@ -483,7 +483,7 @@ func TestSamplerMemoryBounded(t *testing.T) {
 			if i%3000 == 2700 {
 				s.SetPhase(PhaseVal, -1)
 			}
-			recordSynthetic(s, c, uint64(10+i%7)*gib, uint64(4+i%5)*gib)
+			memRecordSynthetic(s, c, uint64(10+i%7)*memGiB, uint64(4+i%5)*memGiB)
 		}
 	}
 	run(3000) // warm up maps and buffers
@@ -502,6 +502,6 @@ func TestSamplerMemoryBounded(t *testing.T) {
 	}
 }
 
-type discardWriter struct{}
+type memDiscard struct{}
 
-func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (memDiscard) Write(b []byte) (int, error) { return len(b), nil }
