@@ -391,6 +391,8 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 			add("Free the GPU or wait: another process holds memory on it (nvidia-smi shows which); gpuguard can wait for the device to be released before relaunching.")
 		}
 	}
+	var fragAdvice string
+	fragFirst := false
 	if v.Fragmentation {
 		ru, req := *o.ReservedUnallocatedBytes, *o.RequestedBytes
 		share := "enough to hold the whole request"
@@ -407,18 +409,24 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 		}
 		switch {
 		case c.exp.on:
-			add("expandable_segments was already on, so the allocator setting has done what it can: lower the batch size, or free cached memory between training and validation (torch.cuda.empty_cache()).")
+			fragAdvice = "expandable_segments was already on, so the allocator setting has done what it can: lower the batch size, or free cached memory between training and validation (torch.cuda.empty_cache())."
 		case c.exp.unsupported:
-			add("expandable_segments is not supported on this platform (the log says so): set " + env + "=garbage_collection_threshold:0.8,max_split_size_mb:512 to limit fragmentation instead.")
+			fragAdvice = "expandable_segments is not supported on this platform (the log says so): set " + env + "=garbage_collection_threshold:0.8,max_split_size_mb:512 to limit fragmentation instead."
 		default:
-			add("Set " + env + "=expandable_segments:True so that the allocator grows its segments instead of stranding memory in fixed-size blocks.")
+			fragAdvice = "Set " + env + "=expandable_segments:True so that the allocator grows its segments instead of stranding memory in fixed-size blocks."
 		}
+		// When the stranded memory alone would have held the request, the
+		// allocator setting is the first thing to change.
+		fragFirst = ru >= req
 	}
 	if f != nil && (f.extra.allowed != nil || o != nil && o.Format == "allowed_memory_exceeded") {
 		add("Raise or remove the per-process memory fraction (torch.cuda.set_per_process_memory_fraction): the device has room the process is not allowed to use.")
 	}
 	if tooBig {
 		return
+	}
+	if fragFirst {
+		add(fragAdvice)
 	}
 	switch v.Phase {
 	case PhaseVal:
@@ -427,6 +435,9 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 		add("Lower the training batch size and raise gradient accumulation to keep the effective batch size (mixed precision and activation checkpointing also cut memory).")
 	default:
 		add("Lower the batch size (or the input size) of the step that failed.")
+	}
+	if fragAdvice != "" && !fragFirst {
+		add(fragAdvice)
 	}
 	if o != nil {
 		switch o.Format {

@@ -1,0 +1,220 @@
+package explain
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// run calls Command and returns its status, stdout and stderr.
+func run(t *testing.T, stdin string, json bool, paths ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Command(Options{Paths: paths, JSON: json, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+// Golden files: every testdata/*.log explained as text and as JSON.
+func TestGolden(t *testing.T) {
+	logs, err := filepath.Glob("testdata/*.log")
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("no test logs: %v", err)
+	}
+	for _, log := range logs {
+		for _, asJSON := range []bool{false, true} {
+			ext := ".txt.golden"
+			if asJSON {
+				ext = ".json.golden"
+			}
+			golden := strings.TrimSuffix(log, ".log") + ext
+			t.Run(filepath.Base(golden), func(t *testing.T) {
+				code, out, errs := run(t, "", asJSON, log)
+				if code != ExitOK || errs != "" {
+					t.Fatalf("status %d, stderr %q", code, errs)
+				}
+				if *update {
+					if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run go test ./explain -update to create it)", err)
+				}
+				if out != string(want) {
+					t.Errorf("output differs from %s (go test ./explain -update rewrites it):\n--- got\n%s--- want\n%s", golden, out, want)
+				}
+			})
+		}
+	}
+}
+
+func TestJSONShape(t *testing.T) {
+	code, out, errs := run(t, "", true, "testdata/phases-only.log", "testdata/val-oom-fragmentation.log", "testdata/cpu-alloc.log")
+	if code != ExitOK || errs != "" {
+		t.Fatalf("status %d stderr %q", code, errs)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var objs []map[string]any
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, m)
+	}
+	if len(objs) != 3 {
+		t.Fatalf("%d objects, want one per log", len(objs))
+	}
+	for _, m := range objs {
+		for _, k := range []string{"file", "kind", "phase", "rank", "line", "oom", "fragmentation", "phases", "diagnosis", "suggestions"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%v: key %q missing", m["file"], k)
+			}
+		}
+		if _, ok := m["phases"].([]any); !ok {
+			t.Errorf("%v: phases = %#v, want a list", m["file"], m["phases"])
+		}
+		if _, ok := m["suggestions"].([]any); !ok {
+			t.Errorf("%v: suggestions = %#v, want a list", m["file"], m["suggestions"])
+		}
+	}
+	none, val, cpu := objs[0], objs[1], objs[2]
+	if none["kind"] != "none" || none["oom"] != nil || none["rank"] != nil || len(none["suggestions"].([]any)) != 0 {
+		t.Errorf("phases-only: %v", none)
+	}
+	if val["kind"] != "gpu_oom" || val["phase"] != "val" || val["line"] != float64(7) || val["fragmentation"] != true || val["step"] != float64(1000) {
+		t.Errorf("val OOM: %v", val)
+	}
+	oom := val["oom"].(map[string]any)
+	for _, k := range []string{"requested_bytes", "total_bytes", "free_bytes", "in_use_bytes", "allocated_bytes", "reserved_unallocated_bytes", "reserved_total_bytes", "device"} {
+		if _, ok := oom[k]; !ok {
+			t.Errorf("oom.%s missing", k)
+		}
+	}
+	if oom["requested_bytes"] != float64(16986595656) || oom["device"] != "GPU 0" {
+		t.Errorf("oom %v", oom)
+	}
+	if cpu["phase"] != nil {
+		t.Errorf("a log without phases must have \"phase\": null, got %#v", cpu["phase"])
+	}
+	coom := cpu["oom"].(map[string]any)
+	if coom["total_bytes"] != nil || coom["requested_bytes"] != float64(98784247808) {
+		t.Errorf("cpu oom %v", coom)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	log, err := os.ReadFile("testdata/nccl-timeout.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, string(log), false, "-")
+	if code != ExitOK || errs != "" {
+		t.Fatalf("status %d stderr %q", code, errs)
+	}
+	if !strings.HasPrefix(out, "standard input: failed, not for memory (crash)") || !strings.Contains(out, "rank 2") {
+		t.Errorf("output:\n%s", out)
+	}
+	// A real pipe, as a shell gives it.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.Write(log)
+		w.Close()
+	}()
+	var o bytes.Buffer
+	if code := Command(Options{Paths: []string{"-"}, JSON: true, Stdin: r, Stdout: &o, Stderr: os.Stderr}); code != ExitOK {
+		t.Fatalf("status %d", code)
+	}
+	r.Close()
+	var m map[string]any
+	if err := json.Unmarshal(o.Bytes(), &m); err != nil || m["file"] != "-" || m["kind"] != "crash" {
+		t.Errorf("%v %v", err, m)
+	}
+	// "-" twice: the second cannot be read.
+	code, _, errs = run(t, string(log), false, "-", "-")
+	if code != ExitNoInput || !strings.Contains(errs, "more than once") {
+		t.Errorf("status %d stderr %q", code, errs)
+	}
+}
+
+func TestUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such.log")
+	code, out, errs := run(t, "", false, missing, "testdata/cpu-alloc.log")
+	if code != ExitNoInput {
+		t.Errorf("status %d, want %d", code, ExitNoInput)
+	}
+	if !strings.Contains(errs, missing) || !strings.Contains(errs, "no such file") {
+		t.Errorf("stderr %q should name the file and the reason", errs)
+	}
+	if !strings.HasPrefix(out, "testdata/cpu-alloc.log: host memory allocation failed") {
+		t.Errorf("the readable log is still explained; stdout:\n%s", out)
+	}
+	code, _, errs = run(t, "", true, dir)
+	if code != ExitNoInput || !strings.Contains(errs, "is a directory") {
+		t.Errorf("directory: status %d stderr %q", code, errs)
+	}
+	if os.Geteuid() != 0 { // root reads any file
+		locked := filepath.Join(dir, "locked.log")
+		os.WriteFile(locked, []byte("x\n"), 0)
+		if code, _, errs := run(t, "", false, locked); code != ExitNoInput || !strings.Contains(errs, "permission denied") {
+			t.Errorf("unreadable: status %d stderr %q", code, errs)
+		}
+	}
+}
+
+func TestGzip(t *testing.T) {
+	log, err := os.ReadFile("testdata/val-oom-fragmentation.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "train.log.gz")
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write(log)
+	zw.Close()
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, "", true, p)
+	if code != ExitOK || errs != "" || !strings.Contains(out, `"kind":"gpu_oom"`) || !strings.Contains(out, `"line":7`) {
+		t.Errorf("status %d stderr %q out %s", code, errs, out)
+	}
+	// A file that starts like gzip but is not.
+	bad := filepath.Join(t.TempDir(), "bad.gz")
+	os.WriteFile(bad, []byte{0x1f, 0x8b, 0, 1, 2}, 0o644)
+	if code, _, errs := run(t, "", false, bad); code != ExitNoInput || !strings.Contains(errs, "gzip") {
+		t.Errorf("bad gzip: status %d stderr %q", code, errs)
+	}
+}
+
+// A log that shows a failure still exits 0: explain succeeded.
+func TestFailureIsNotAnError(t *testing.T) {
+	code, out, _ := run(t, "", false, "testdata/dataloader-killed-two-ranks.log")
+	if code != ExitOK || !strings.Contains(out, "killed for host memory (host_oom)") || !strings.Contains(out, "rank 1") {
+		t.Errorf("status %d\n%s", code, out)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	got := wrap("aaa bbb ccc dddddddddd e", 7)
+	want := []string{"aaa bbb", "ccc", "dddddddddd", "e"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("wrap = %q, want %q", got, want)
+	}
+	if c := clip("héllo wörld", 2); c != "h…" {
+		t.Errorf("clip = %q", c)
+	}
+}
