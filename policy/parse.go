@@ -244,6 +244,9 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	byName := map[string]field{}
 	for _, f := range fields {
+		if f.val.Kind == yaml.ScalarNode && f.val.Tag == "!!null" && f.name != "version" {
+			continue // "rules:" with nothing under it: the default
+		}
 		byName[f.name] = f
 	}
 	if f, ok := byName["version"]; !ok {

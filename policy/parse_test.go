@@ -89,7 +89,7 @@ func TestParseFull(t *testing.T) {
 }
 
 func TestParseDefaults(t *testing.T) {
-	p, err := Parse("p.yaml", []byte("version: 1\n"))
+	p, err := Parse("p.yaml", []byte("version: 1\nknobs:\nrules:\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
