@@ -495,6 +495,13 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 		nf.allowTable = c.num + 8
 	}
 	c.cur = &nf
+	if nf.oom != nil && nf.oom.Format == "caught" {
+		// The framework says it handled the OOM (fairseq: "ran out of
+		// memory, skipping batch"): no live failure event, which would start
+		// the supervisor's grace period on a job that goes on. The verdict
+		// keeps it unless training continues after it.
+		return
+	}
 	c.emit(Event{Type: EventFailure, Line: c.num, Kind: nf.kind, Text: nf.text})
 }
 

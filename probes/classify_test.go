@@ -460,6 +460,9 @@ func TestPhases(t *testing.T) {
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}, {5, PhaseTrain}}, step: -1, epoch: -1},
 		{name: "ImageNet example", log: "Epoch: [0][  10/5005]\tTime  0.5\nTest: [ 10/196]\tTime  0.1\n",
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}}, step: 10, epoch: 0},
+		{name: "plain step prints with explicit markers", log: "gpuguard: phase=train\nstep 10/100 loss=2.31 crop=224\ngpuguard: phase=val\nValidating at step 10: 500 images\nval step=10 loss=2.2 acc=0.41\ngpuguard: phase=train\nstep 11/100 loss=2.29 crop=224\n",
+			marks: []mark{{1, PhaseTrain}, {3, PhaseVal}, {6, PhaseTrain}}, step: 11, epoch: -1},
+		{name: "iteration prints", log: "Iteration 300: loss 1.93, lr 3e-4\nstep: download data\n", marks: []mark{{1, PhaseTrain}}, step: 300, epoch: -1},
 		{name: "tutorial epoch and step", log: "Epoch [1/10], Step [100/600], Loss: 0.2\n", marks: []mark{{1, PhaseTrain}}, step: 100, epoch: 1},
 		{name: "policy pattern", log: "== eval pass 3 ==\nstep 10\n== train pass 4 ==\n",
 			opts:  ClassifierOptions{PhasePatterns: []PhasePattern{{PhaseVal, `^== eval pass \d+`}, {PhaseTrain, `(?i)== TRAIN pass`}}},
@@ -639,6 +642,26 @@ func TestEvents(t *testing.T) {
 	}
 	if !strings.HasPrefix(evs[3].Text, "torch.OutOfMemoryError") {
 		t.Errorf("failure event text %q", evs[3].Text)
+	}
+}
+
+// fairseq says it caught the OOM: no live failure event (the job goes on),
+// and the verdict drops it once training has advanced.
+func TestCaughtOOMNoEvent(t *testing.T) {
+	var failures int
+	c, _ := NewClassifier(ClassifierOptions{OnEvent: func(e Event) {
+		if e.Type == EventFailure {
+			failures++
+		}
+	}})
+	s := lines.New(0, c.Line)
+	s.Write([]byte("| epoch 001:    850 / 4120 loss=10.812, num_updates=847\n| WARNING: ran out of memory, skipping batch\n"))
+	if v := c.Verdict(); v.Kind != KindGPUOOM || v.OOM.Format != "caught" || failures != 0 {
+		t.Fatalf("after the warning: %s %+v, %d failure events", v.Kind, v.OOM, failures)
+	}
+	s.Write([]byte("| epoch 001:    900 / 4120 loss=10.694, num_updates=897\n| epoch 001:    950 / 4120 loss=10.583, num_updates=947\n"))
+	if v := c.Verdict(); v.Kind != KindNone {
+		t.Errorf("training went on: %s", v.Kind)
 	}
 }
 

@@ -493,6 +493,15 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	if h.has(kwStep) || h.has(kwIter) {
+		// Plain prints of custom loops: "step 120/5000 loss=2.31",
+		// "Step 120 | loss 2.31", "iter 120/5000: loss 2.31".
+		if v, ok := leadingCounter(tl); ok {
+			r.step = v
+			r.nan = h.has(kwNaN) && nanLoss(t)
+			return true
+		}
+	}
 	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
 		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}"
 		r.nan = h.has(kwNaN) && nanLoss(t)
@@ -708,6 +717,34 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 		}
 	}
 	return false
+}
+
+// leadingCounter reads "step N", "Step N", "iter N", "Iteration N" (then
+// ":", "=", "/" or a space) at the start of a line that reports a loss or a
+// counter "N/M".
+func leadingCounter(tl []byte) (int64, bool) {
+	var rest []byte
+	for _, w := range [...]string{"step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration"} {
+		if bHasPrefix(tl, w) {
+			rest = tl[len(w):]
+			if bHasPrefix(rest, "ation") {
+				continue // matched "iter" of "iteration": try the longer word
+			}
+			break
+		}
+	}
+	if rest == nil || len(rest) == 0 || !(rest[0] == ' ' || rest[0] == ':' || rest[0] == '=') {
+		return -1, false
+	}
+	rest = trimSpaceLeft(rest[1:])
+	if len(rest) == 0 || !asciiDigit(rest[0]) {
+		return -1, false
+	}
+	v, n, _ := scanInt(rest)
+	if n < len(rest) && rest[n] == '/' || indexFoldASCII(rest[n:], "loss") >= 0 {
+		return v, true
+	}
+	return -1, false
 }
 
 // leadingInt reads the integer at the start of b (catalyst's "3/25 * Epoch"),
