@@ -221,11 +221,27 @@ func (c *Classifier) Line(l lines.Line) {
 		c.pend = pendingMsg{} // a progress frame does not continue a message
 	}
 	rank, rest := splitPrefixes(l.Text)
-	if bytes.IndexByte(rest, '#') >= 0 && (bHas(rest, "#015") || bHas(rest, "#033")) {
+	if octalEscapes(rest) {
 		c.octalFrames(rest, rank, l.Text)
 		return
 	}
 	c.frame(rest, rank, l.Text)
+}
+
+// octalEscapes says whether t holds a literal "#015" or "#033".
+func octalEscapes(t []byte) bool {
+	for off := 0; off+4 <= len(t); {
+		i := bIndex(t[off:], "#0")
+		if i < 0 {
+			return false
+		}
+		i += off
+		if i+4 <= len(t) && (t[i+2] == '1' && t[i+3] == '5' || t[i+2] == '3' && t[i+3] == '3') {
+			return true
+		}
+		off = i + 2
+	}
+	return false
 }
 
 // octalFrames handles a line on which carriage returns and escapes were
@@ -287,14 +303,14 @@ func (c *Classifier) frame(t []byte, rank int, full []byte) {
 	}
 	c.m.scan(t, &c.hits)
 	h := &c.hits
-	anchored := anchoredCandidate(t)
-	if h.empty() && !anchored && len(c.user) == 0 {
+	phaseShape, failShape := anchoredCandidate(t)
+	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {
 		return
 	}
 	// Phase first: a progress bar glued to an error shows the phase the
 	// error happened in.
-	c.detectPhaseLine(t, h, anchored)
-	if h.any(&failureKeywords) || anchored {
+	c.detectPhaseLine(t, h, phaseShape)
+	if h.any(&failureKeywords) || failShape {
 		if f, ok := c.detectFailure(t, h); ok {
 			c.record(f, rank, t, full)
 			if cur := c.cur; cur != nil && cur.wrapped != "" {
@@ -308,25 +324,25 @@ func (c *Classifier) frame(t []byte, rank int, full []byte) {
 }
 
 // anchoredCandidate says whether a line without keywords may still matter
-// for its shape at the start: a progress row starting with digits, a results
-// row starting with "all", or a short line in another script (a localized
-// "Killed").
-func anchoredCandidate(t []byte) bool {
+// for its shape at the start: a progress row starting with digits or a
+// results row starting with "all" (phase), or a short line that may be a
+// localized "Killed" (failure).
+func anchoredCandidate(t []byte) (phase, fail bool) {
 	tl := trimSpaceLeft(t)
 	if len(tl) == 0 {
-		return false
+		return false, false
 	}
 	switch c := tl[0]; {
 	case asciiDigit(c):
-		return true
+		return true, false
 	case c == 'a':
-		return bHasPrefix(tl, "all ")
+		return bHasPrefix(tl, "all "), false
 	case c >= 0x80:
-		return len(tl) <= 48
+		return false, len(tl) <= 48
 	case len(tl) <= 24:
-		return localizedKilled[string(trimSpace(tl))]
+		return false, localizedKilled[string(trimSpace(tl))]
 	}
-	return false
+	return false, false
 }
 
 // detectPhaseLine runs the phase detectors and applies what they find.

@@ -291,10 +291,8 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 	cost := func() int {
 		c := 0
 		for b := 0; b < 256; b++ {
-			if secondRef[b] > 0 {
+			if firstRef[b] > 0 || secondRef[b] > 0 {
 				c += 4 * (byteFreq[b] + 1)
-			} else if firstRef[b] > 0 {
-				c += byteFreq[b] + 1
 			}
 		}
 		for i := range kws {
@@ -358,36 +356,45 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 }
 
 // scan records in h every keyword that t contains.
+//
+// Every anchor pair covers one byte at an odd index, so the scan only looks
+// at odd indexes: a byte that is in no anchor rules out both pairs it belongs
+// to, and most bytes of a log are in none.
 func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
-	for i := 1; i < n; i++ {
-		b := t[i]
-		if f := m.flags[b]; f&byteSecond == 0 {
-			// No anchor pair ends with this byte: the pair (t[i-1], t[i]) is
-			// not one, and when no pair starts with it either, neither is
-			// (t[i], t[i+1]).
-			if f == 0 {
-				i++
-			}
+	for i := 1; i < n; i += 2 {
+		f := m.flags[t[i]]
+		if f == 0 {
 			continue
 		}
-		g := m.table[uint16(asciiFold[t[i-1]])<<8|uint16(asciiFold[b])]
-		if g == 0 {
+		if f&byteSecond != 0 && m.flags[t[i-1]]&byteFirst != 0 {
+			m.verify(t, i-1, h)
+		}
+		if f&byteFirst != 0 && i+1 < n && m.flags[t[i+1]]&byteSecond != 0 {
+			m.verify(t, i, h)
+		}
+	}
+}
+
+// verify checks the keywords anchored at the pair t[i], t[i+1].
+func (m *kwMatcher) verify(t []byte, i int, h *hitSet) {
+	g := m.table[uint16(asciiFold[t[i]])<<8|uint16(asciiFold[t[i+1]])]
+	if g == 0 {
+		return
+	}
+	n := len(t)
+	for _, a := range m.groups[g-1] {
+		start := i - a.off
+		if start < 0 || start+len(a.k.text) > n {
 			continue
 		}
-		for _, a := range m.groups[g-1] {
-			start := i - 1 - a.off
-			if start < 0 || start+len(a.k.text) > n {
-				continue
-			}
-			if a.k.fold {
-				if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
-					h.set(a.k.id, start)
-				}
-			} else if string(t[start:start+len(a.k.text)]) == a.k.text {
+		if a.k.fold {
+			if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
 				h.set(a.k.id, start)
 			}
+		} else if string(t[start:start+len(a.k.text)]) == a.k.text {
+			h.set(a.k.id, start)
 		}
 	}
 }
