@@ -38,10 +38,19 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			// The recovery scripts run the built-in example job.
+			examples, err := filepath.Abs("examples")
+			env.Setenv("EXAMPLES", examples)
+			return err
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"waitfile":   cmdWaitFile,
 			"gone":       cmdGone,
 			"signal-run": cmdSignalRun,
+			"steps-once": cmdStepsOnce,
+			"journal":    cmdJournal,
+			"samedigest": cmdSameDigest,
 		},
 	})
 }

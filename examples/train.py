@@ -535,7 +535,9 @@ class Job:
         per_sample = VAL_ACT_PER_SAMPLE * self.val_res * self.val_res // (256 * 256)
         total = 0.0
         n = t["val_batches"]
+        delay = t["step_ms"] / 1000.0
         for i in range(1, n + 1):
+            time.sleep(delay)  # the DataLoader hands over the batch
             held = layer_forward(self.gpu, self.batch * per_sample)
             release(self.gpu, held)
             total += loss_at(step, hashlib.sha256(f"{self.digest}|val|{i}".encode()).hexdigest()) * 0.9

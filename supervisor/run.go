@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -21,23 +22,7 @@ func Run(cfg Config) int {
 	if IsWatchdogInvocation(cfg.Argv) {
 		return watchdogMain()
 	}
-	job, code := Prepare(cfg)
-	if job == nil {
-		return code
-	}
-	defer job.Close()
-
-	// TODO(loop.go): the attempt loop (policy: classify each ending, decide,
-	// relaunch from the last checkpoint; --resume-run's state.json) replaces
-	// this single attempt. cfg.Policy is not read yet.
-	res, err := job.RunAttempt(1, job.Spec(cfg.Argv, job.Env))
-	if err != nil {
-		code = ExitCodeOf(err)
-	} else {
-		code = res.Code
-	}
-	job.Finish(code)
-	return code
+	return runLoop(cfg)
 }
 
 // Job is what a run sets up once and every attempt uses: the resolved launch
@@ -87,9 +72,7 @@ func Prepare(cfg Config) (*Job, int) {
 		return nil, ExitCodeOf(err)
 	}
 	if cfg.DryRun {
-		// TODO(loop.go): the derived config and what each rule would change.
-		status.Printf("dry run: would run %s (%s)", quoteArgv(cfg.Argv), launchName(usePTY))
-		printEnv(status, cfg.NoEnv, merged)
+		// The loop answers dry runs before preparing anything (loop.go).
 		return nil, 0
 	}
 
@@ -100,7 +83,7 @@ func Prepare(cfg Config) (*Job, int) {
 	}
 	var rd *RunDir
 	if cfg.ResumeRun != "" {
-		// TODO(loop.go): read state.json and continue with its settings.
+		// The loop has read state.json already (loop.go).
 		rd, err = OpenRunDir(cfg.ResumeRun)
 	} else {
 		rd, err = CreateRunDir(cfg.RunDir, wd)
@@ -168,12 +151,22 @@ func (j *Job) Spec(argv, env []string) AttemptSpec {
 	}
 }
 
+// AttemptHooks let the attempt loop act while an attempt runs.
+type AttemptHooks struct {
+	// Started is called once the child runs, before RunAttempt waits for it
+	// (to start sampling its memory, to arm a timer that stops it).
+	Started func(a *Attempt)
+	// Ended is called once the attempt is over and its output scanned; the
+	// fields it returns are added to the attempt_end event (the verdict).
+	Ended func(res AttemptResult) map[string]any
+}
+
 // RunAttempt runs attempt number n to its end: it refuses to start after a
 // terminating signal (an *Error with 128+signal), records attempt_start and
 // attempt_end events, forwards signals to the attempt while it runs, and
 // prints a status line when the job failed or left processes behind. A start
 // failure (127, 126) is printed and returned as an *Error.
-func (j *Job) RunAttempt(n int, spec AttemptSpec) (AttemptResult, error) {
+func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptResult, error) {
 	// Signals arriving while the child starts are kept for it.
 	j.Signals.Arm()
 	if sig, ok := j.Signals.Terminated(); ok {
@@ -189,6 +182,9 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec) (AttemptResult, error) {
 	}
 	j.Signals.Attach(a)
 	j.RunDir.Event("attempt_start", map[string]any{"attempt": n, "pid": a.PID(), "argv": spec.Argv})
+	if hooks.Started != nil {
+		hooks.Started(a)
+	}
 	<-a.Done()
 	j.Signals.Attach(nil)
 	res := a.Result()
@@ -212,6 +208,11 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec) (AttemptResult, error) {
 	if sig := a.TypedInterrupt(); sig != 0 {
 		fields["typed_interrupt"] = signalName(sig)
 	}
+	if hooks.Ended != nil {
+		for k, v := range hooks.Ended(res) {
+			fields[k] = v
+		}
+	}
 	j.RunDir.Event("attempt_end", fields)
 	if res.Leftovers > 0 {
 		j.Status.Printf("stopped %d process(es) the job left running", res.Leftovers)
@@ -232,7 +233,13 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec) (AttemptResult, error) {
 func (j *Job) Finish(code int) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	j.RunDir.Event("run_end", map[string]any{"exit_code": code, "peak_rss_kb": ru.Maxrss})
+	j.RunDir.Event("run_end", map[string]any{
+		"exit_code":   code,
+		"peak_rss_kb": ru.Maxrss,
+		// gpuguard's own CPU time, its jobs' not included.
+		"cpu_user_s": time.Duration(ru.Utime.Nano()).Seconds(),
+		"cpu_sys_s":  time.Duration(ru.Stime.Nano()).Seconds(),
+	})
 	j.Logger.Info("run ended", zap.Int("exit_code", code), zap.Int64("peak_rss_kb", ru.Maxrss))
 }
 

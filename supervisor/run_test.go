@@ -133,7 +133,7 @@ func TestRunAttemptRefusesAfterTerminatingSignal(t *testing.T) {
 	defer rd.Close()
 	j := &Job{Signals: s, RunDir: rd, Status: NewStatus(nil, nil), Logger: rd.Logger()}
 	marker := filepath.Join(t.TempDir(), "started")
-	_, err = j.RunAttempt(2, AttemptSpec{Argv: fake("ignoreterm", marker)})
+	_, err = j.RunAttempt(2, AttemptSpec{Argv: fake("ignoreterm", marker)}, AttemptHooks{})
 	if ExitCodeOf(err) != 143 {
 		t.Fatalf("RunAttempt after SIGTERM: %v", err)
 	}

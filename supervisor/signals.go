@@ -58,6 +58,7 @@ type Signals struct {
 	armed    bool     // an attempt is starting: keep signals for it
 	queued   []queuedSignal
 	term     syscall.Signal
+	termC    chan struct{} // closed at the first terminating signal
 	intTerm  int
 	onSignal func(SignalEvent)
 	events   chan SignalEvent
@@ -78,6 +79,7 @@ func NotifySignals() *Signals {
 		loopDone:   make(chan struct{}),
 		notifyDone: make(chan struct{}),
 		events:     make(chan SignalEvent, 64),
+		termC:      make(chan struct{}),
 	}
 	sigs := []os.Signal{syscall.SIGWINCH}
 	for _, sig := range ForwardedSignals {
@@ -145,6 +147,12 @@ func (s *Signals) Terminated() (syscall.Signal, bool) {
 	return 0, false
 }
 
+// TerminatedC is closed when gpuguard receives its first terminating signal,
+// so that a wait between attempts (backoff, GPU memory release) can end at
+// once. A ^C typed into the job's terminal in raw mode does not close it:
+// it ends the running attempt, and Terminated reports it after.
+func (s *Signals) TerminatedC() <-chan struct{} { return s.termC }
+
 // Stop restores the default handling of the signals and ends forwarding,
 // after OnSignal has been told about every signal handled.
 func (s *Signals) Stop() {
@@ -181,6 +189,7 @@ func (s *Signals) handle(sig syscall.Signal) {
 	}
 	if terminating(sig) && s.term == 0 {
 		s.term = sig
+		close(s.termC)
 	}
 	escalate := false
 	if sig == syscall.SIGINT || sig == syscall.SIGTERM {
