@@ -46,7 +46,23 @@ type runState struct {
 	Policies   policy.State `json:"state"`
 	Done       bool         `json:"done"`      // the run ended (success or give-up)
 	ExitCode   int          `json:"exit_code"` // when Done
+	// History is what each attempt died of and how high its memory went,
+	// so that a person (or the next decision) sees the peaks.
+	History []attemptState `json:"history,omitempty"`
 }
+
+// attemptState is one attempt in state.json.
+type attemptState struct {
+	Attempt  int            `json:"attempt"`
+	ExitCode int            `json:"exit_code"`
+	Kind     probes.Kind    `json:"kind"`
+	Phase    probes.Phase   `json:"phase,omitempty"`
+	LastStep *int64         `json:"last_step,omitempty"`
+	Memory   probes.Summary `json:"memory"`
+}
+
+// maxHistory bounds state.json on runs with many relaunches.
+const maxHistory = 20
 
 // Environment variables gpuguard sets in every attempt's environment, so that
 // `gpuguard doctor` can tell which run a GPU-holding process belongs to.
@@ -302,7 +318,11 @@ func (l *loop) attempts() int {
 		l.state.Policies = d.State
 		row.decision = decisionLabel(d)
 		l.rows = append(l.rows, row)
-		l.journalDecision(n, d, ckpt)
+		next := ""
+		if d.Verb == policy.Relaunch && !terminated {
+			next = l.latestCheckpoint()
+		}
+		l.journalDecision(n, d, next)
 
 		switch {
 		case terminated:
@@ -312,7 +332,6 @@ func (l *loop) attempts() int {
 			l.job.Status.Printf("%s → giving up: %s", describeFailure(n, v), d.Reason)
 			return l.end(res.Code)
 		}
-		next := l.latestCheckpoint()
 		line := fmt.Sprintf("%s → %s", describeFailure(n, v), d.Describe())
 		if next != "" {
 			line += "; resuming from " + displayPath(next, l.wd)
@@ -435,6 +454,12 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 			summary := sampler.Summary()
 			rd.Event("memory", map[string]any{"attempt": n, "summary": summary})
 			row.peakTrain, row.peakVal = summary.PeakFraction(probes.PhaseTrain), summary.PeakFraction(probes.PhaseVal)
+			l.state.History = append(l.state.History, attemptState{
+				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
+			})
+			if len(l.state.History) > maxHistory {
+				l.state.History = l.state.History[len(l.state.History)-maxHistory:]
+			}
 			fields := map[string]any{"verdict": verdict, "checkpoint": ckpt}
 			if verdict.Step != nil {
 				fields["last_step"] = *verdict.Step
