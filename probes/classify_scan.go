@@ -364,25 +364,32 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
 	for i := 1; i < n; i += 2 {
-		f := m.flags[t[i]]
+		b := t[i]
+		f := m.flags[b]
 		if f == 0 {
 			continue
 		}
-		if f&byteSecond != 0 && m.flags[t[i-1]]&byteFirst != 0 {
-			m.verify(t, i-1, h)
+		if f&byteSecond != 0 {
+			a := t[i-1]
+			if m.flags[a]&byteFirst != 0 {
+				if g := m.table[uint16(asciiFold[a])<<8|uint16(asciiFold[b])]; g != 0 {
+					m.verify(t, i-1, g, h)
+				}
+			}
 		}
-		if f&byteFirst != 0 && i+1 < n && m.flags[t[i+1]]&byteSecond != 0 {
-			m.verify(t, i, h)
+		if f&byteFirst != 0 && i+1 < n {
+			c := t[i+1]
+			if m.flags[c]&byteSecond != 0 {
+				if g := m.table[uint16(asciiFold[b])<<8|uint16(asciiFold[c])]; g != 0 {
+					m.verify(t, i, g, h)
+				}
+			}
 		}
 	}
 }
 
-// verify checks the keywords anchored at the pair t[i], t[i+1].
-func (m *kwMatcher) verify(t []byte, i int, h *hitSet) {
-	g := m.table[uint16(asciiFold[t[i]])<<8|uint16(asciiFold[t[i+1]])]
-	if g == 0 {
-		return
-	}
+// verify checks the keywords of group g, anchored at the pair t[i], t[i+1].
+func (m *kwMatcher) verify(t []byte, i int, g uint8, h *hitSet) {
 	n := len(t)
 	for _, a := range m.groups[g-1] {
 		start := i - a.off
