@@ -221,27 +221,12 @@ func (c *Classifier) Line(l lines.Line) {
 		c.pend = pendingMsg{} // a progress frame does not continue a message
 	}
 	rank, rest := splitPrefixes(l.Text)
-	if octalEscapes(rest) {
+	c.m.scan(rest, &c.hits)
+	if c.hits.has(kwOctalCR) || c.hits.has(kwOctalEsc) {
 		c.octalFrames(rest, rank, l.Text)
 		return
 	}
-	c.frame(rest, rank, l.Text)
-}
-
-// octalEscapes says whether t holds a literal "#015" or "#033".
-func octalEscapes(t []byte) bool {
-	for off := 0; off+4 <= len(t); {
-		i := bIndex(t[off:], "#0")
-		if i < 0 {
-			return false
-		}
-		i += off
-		if i+4 <= len(t) && (t[i+2] == '1' && t[i+3] == '5' || t[i+2] == '3' && t[i+3] == '3') {
-			return true
-		}
-		off = i + 2
-	}
-	return false
+	c.frame(rest, rank, l.Text, true)
 }
 
 // octalFrames handles a line on which carriage returns and escapes were
@@ -285,15 +270,19 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 			fr, buf = buf[:j], buf[j+1:]
 		}
 		if len(trimSpace(fr)) > 0 {
-			c.frame(fr, rank, full)
+			c.frame(fr, rank, full, false)
 		}
 	}
 }
 
 // frame classifies one frame of a line: t is its text after the prefixes.
-func (c *Classifier) frame(t []byte, rank int, full []byte) {
-	if c.pend.active && c.continuePending(t, rank) {
-		return
+// scanned says c.hits already holds the keywords of t.
+func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
+	if c.pend.active {
+		if c.continuePending(t, rank) {
+			return
+		}
+		scanned = false // continuePending used c.hits
 	}
 	if c.block.active && c.rootCauseLine(t, full) {
 		return
@@ -301,7 +290,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte) {
 	if f := c.cur; f != nil && f.allowTable >= c.num && f.oom != nil && parseAllowedTable(t, f.oom) {
 		return // "Requested : 1.14 GiB" after "would exceed allowed memory"
 	}
-	c.m.scan(t, &c.hits)
+	if !scanned {
+		c.m.scan(t, &c.hits)
+	}
 	h := &c.hits
 	phaseShape, failShape := anchoredCandidate(t)
 	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {

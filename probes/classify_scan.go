@@ -87,6 +87,8 @@ const (
 	kwParenVal
 	kwParenTest
 	kwParenTrain
+	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
+	kwOctalEsc // a literal "#033" (escape)
 
 	kwCount
 )
@@ -163,6 +165,8 @@ var kwTable = []kwEntry{
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},
+	{kwOctalCR, "#015", false},
+	{kwOctalEsc, "#033", false},
 }
 
 // failureKeywords and phaseKeywords split the hit set between the two kinds of
