@@ -256,6 +256,9 @@ func getKWMatcher() *kwMatcher {
 // frequent in it make poor anchors: the scan would stop on them at every line.
 const anchorSample = `Epoch 3:  45%|████▌     | 123/456 [00:12<00:30,  4.51it/s, loss=0.123, v_num=3]
 Epoch 3:  46%|████▋     | 124/456 [00:12<00:30,  4.52it/s, loss=0.131, v_num=3]
+Epoch 3:  46%|████▋     | 125/456 [00:12<00:30,  4.52it/s, loss=0.129, v_num=3]
+Validation DataLoader 0:  50%|█████     | 10/20 [00:01<00:01,  9.80it/s]
+ 60%|██████    | 3/5 [00:02<00:01,  1.31it/s]
 {'loss': 0.4021, 'grad_norm': 1.283, 'learning_rate': 4.5e-05, 'epoch': 0.53}
 [2022-05-23 18:41:02,337] [INFO] [logging.py:69:log_dist] [Rank 0] step=120, skipped=5, lr=[3e-05], mom=[[0.9, 0.98]]
 05/27 11:03:44 - mmengine - INFO - Epoch(train)  [2][3150/7329]  lr: 2.0000e-02  eta: 1 day, 19:22:41  time: 0.6115  data_time: 0.0094  memory: 6218  loss: 0.8127
@@ -302,7 +305,7 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 		for i := range kws {
 			if choice[i] >= 0 {
 				a, b := pairAt(&kws[i], choice[i])
-				c += 40 * pairFreq[uint16(a)<<8|uint16(b)]
+				c += 100 * pairFreq[uint16(a)<<8|uint16(b)]
 			}
 		}
 		return c
