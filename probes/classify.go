@@ -201,17 +201,13 @@ func ClassifyReader(r io.Reader, o ClassifierOptions) (Verdict, error) {
 		return Verdict{}, err
 	}
 	s := lines.New(lines.DefaultMax, c.Line)
-	buf := make([]byte, 256<<10)
-	_, err = io.CopyBuffer(s, readerOnly{r}, buf)
+	_, err = io.Copy(s, r)
 	s.Flush()
 	if err != nil {
 		return c.Verdict(), fmt.Errorf("reading the log: %w", err)
 	}
 	return c.Verdict(), nil
 }
-
-// readerOnly hides a reader's WriterTo so that io.CopyBuffer uses the buffer.
-type readerOnly struct{ io.Reader }
 
 // Line reads one logical line (lines.Splitter's output). l.Text is only read
 // during the call.

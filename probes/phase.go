@@ -31,6 +31,19 @@ import (
 	"strings"
 )
 
+// valKeywords and trainKeywords are the keywords detectVal and detectTrain
+// look at: a line with none of them skips the detector.
+var valKeywords, trainKeywords hitSet
+
+func init() {
+	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1} {
+		valKeywords.set(k, 0)
+	}
+	for _, k := range []kw{kwEpoch, kwIter, kwTrain, kwStep, kwLossDict, kwSkipped, kwOverflow} {
+		trainKeywords.set(k, 0)
+	}
+}
+
 // phaseHit is what a phase detector found on a line.
 type phaseHit struct {
 	phase    Phase
@@ -292,7 +305,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 		r.cur, r.tot, _ = barCounter(tl, 0)
 		return true
 	}
-	return detectVal(t, tl, h, r) || detectTrain(t, tl, h, r) || detectAnchored(tl, h, r)
+	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
+		h.any(&trainKeywords) && detectTrain(t, tl, h, r) ||
+		detectAnchored(tl, h, r)
 }
 
 // explicitPhase reads "gpuguard: phase=val step=1000 epoch=2".
