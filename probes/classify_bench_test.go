@@ -93,6 +93,23 @@ func BenchmarkClassifyReader(b *testing.B) {
 	reportCPU(b, int64(len(data)), processCPU()-c0)
 }
 
+// BenchmarkSplitterMixed: the shared line splitter alone over the same log
+// (a callback that does nothing), the part of ClassifyReader that is not the
+// classifier's.
+func BenchmarkSplitterMixed(b *testing.B) {
+	data := mixedLog(16 << 20)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	n := 0
+	c0 := processCPU()
+	for b.Loop() {
+		s := lines.New(lines.DefaultMax, func(l lines.Line) { n += len(l.Text) })
+		s.Write(data)
+		s.Flush()
+	}
+	reportCPU(b, int64(len(data)), processCPU()-c0)
+}
+
 // BenchmarkClassifierLine: the classifier alone over the same log, already
 // split into lines.
 func BenchmarkClassifierLine(b *testing.B) {

@@ -564,11 +564,13 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	// "Epoch" as a word, at most a few occurrences per line, from the first
 	// occurrence of "epoch" in any case.
 	for off, tries := h.at(kwEpoch), 0; tries < 4; tries++ {
-		i := bIndex(t[off:], "Epoch")
-		if i < 0 {
-			break
+		i := off
+		if !bHasPrefix(t[off:], "Epoch") {
+			if i = bIndex(t[off:], "Epoch"); i < 0 {
+				break
+			}
+			i += off
 		}
-		i += off
 		off = i + len("Epoch")
 		if i > 0 {
 			switch t[i-1] {
@@ -738,6 +740,9 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 // ":", "=", "/" or a space) at the start of a line that reports a loss or a
 // counter "N/M".
 func leadingCounter(tl []byte) (int64, bool) {
+	if len(tl) == 0 || tl[0]|0x20 != 's' && tl[0]|0x20 != 'i' {
+		return -1, false
+	}
 	var rest []byte
 	for _, w := range [...]string{"step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration"} {
 		if bHasPrefix(tl, w) {
