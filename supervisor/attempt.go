@@ -87,6 +87,7 @@ type AttemptResult struct {
 	Start  time.Time
 	End    time.Time // when the main child exited
 
+	ScannedLines     int64 // lines delivered to Scan
 	DroppedScanBytes int64 // output the scanner could not keep up with
 	StoppedByUs      bool  // Stop or Kill was called
 	StopReason       string
@@ -109,9 +110,11 @@ type Attempt struct {
 	start   time.Time
 
 	readers   []*os.File
+	pumps     []*reader
 	readersWG sync.WaitGroup
 	queue     *scanQueue
 	scanDone  chan struct{}
+	scanned   int64 // lines delivered; written by the scanner before scanDone
 
 	rawFd      int
 	rawState   *term.State
@@ -302,7 +305,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		a.scanDone = make(chan struct{})
 		go func() {
 			defer close(a.scanDone)
-			runScanner(a.queue, spec.Scan)
+			a.scanned = runScanner(a.queue, spec.Scan)
 		}()
 	}
 	var log io.Writer
@@ -315,6 +318,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 	outs := []io.Writer{spec.Stdout, spec.Stderr}
 	for i, f := range a.readers {
 		r := &reader{stream: i + 1, src: f, out: outs[i], log: log, q: a.queue, logger: a.logger}
+		a.pumps = append(a.pumps, r)
 		a.readersWG.Add(1)
 		go func() {
 			defer a.readersWG.Done()
@@ -520,6 +524,7 @@ func (a *Attempt) supervise() {
 	a.result.Code, a.result.Signal = exitStatus(st)
 	if a.queue != nil {
 		a.result.DroppedScanBytes = a.queue.droppedBytes()
+		a.result.ScannedLines = a.scanned
 	}
 	a.mu.Unlock()
 	if a.result.DroppedScanBytes > 0 {
@@ -622,9 +627,9 @@ func (a *Attempt) reapRest() {
 // drainTimeout: the tree is gone, so what is buffered comes at once), then
 // for the scanner, and restores the terminal.
 func (a *Attempt) drain() {
-	deadline := time.Now().Add(drainTimeout)
-	for _, f := range a.readers {
-		_ = f.SetReadDeadline(deadline)
+	deadline := time.Now().Add(drainTimeout).UnixNano()
+	for _, r := range a.pumps {
+		r.deadline.Store(deadline)
 	}
 	a.readersWG.Wait()
 	for _, f := range a.readers {

@@ -6,9 +6,12 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuguard/gpuguard/lines"
 )
@@ -158,21 +161,21 @@ func (q *scanQueue) finish(stream int) {
 	q.cond.Signal()
 }
 
-// pop takes the oldest chunk, waiting for one; ok is false once the queue is
-// closed and empty.
-func (q *scanQueue) pop() (chunk, bool) {
+// popAll takes every queued chunk, waiting for one; ok is false once the
+// queue is closed and empty. buf is reused for the result.
+func (q *scanQueue) popAll(buf []chunk) ([]chunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.items) == 0 && !q.closed {
 		q.cond.Wait()
 	}
 	if len(q.items) == 0 {
-		return chunk{}, false
+		return buf[:0], false
 	}
-	c := q.items[0]
-	q.items[0] = chunk{}
-	q.items = q.items[1:]
-	return c, true
+	buf = append(buf[:0], q.items...)
+	clear(q.items)
+	q.items = q.items[:0]
+	return buf, true
 }
 
 // release returns a chunk's buffer for reuse.
@@ -207,10 +210,11 @@ type scanStream struct {
 	scan     func(int, lines.Line)
 	mute     bool // feeding the newlines of a gap
 	skipNext bool // the next line began inside a gap
+	count    *int64
 }
 
-func newScanStream(stream int, scan func(int, lines.Line)) *scanStream {
-	s := &scanStream{stream: stream, scan: scan}
+func newScanStream(stream int, scan func(int, lines.Line), count *int64) *scanStream {
+	s := &scanStream{stream: stream, scan: scan, count: count}
 	s.split = lines.New(lines.DefaultMax, s.emit)
 	return s
 }
@@ -223,6 +227,7 @@ func (s *scanStream) emit(l lines.Line) {
 		s.skipNext = false
 		return
 	}
+	*s.count++
 	s.scan(s.stream, l)
 }
 
@@ -244,25 +249,46 @@ func (s *scanStream) skip(g gap) {
 	s.skipNext = !g.endsLine
 }
 
+// scanLinger is how long the scanner lets output pile up after each batch:
+// under a flood of output it then wakes a few hundred times a second instead
+// of once per read (each wake-up costs the runtime more than scanning the
+// read), the queue (4 MiB) holds far more than that much output, and a line
+// is scanned at most this late.
+const scanLinger = 10 * time.Millisecond
+
 // runScanner drains q into the streams until q is closed and empty, then
-// delivers each stream's partial last line.
-func runScanner(q *scanQueue, scan func(int, lines.Line)) {
-	streams := [3]*scanStream{nil, newScanStream(1, scan), newScanStream(2, scan)}
+// delivers each stream's partial last line. It returns the number of lines
+// delivered.
+func runScanner(q *scanQueue, scan func(int, lines.Line)) int64 {
+	var n int64
+	streams := [3]*scanStream{nil, newScanStream(1, scan, &n), newScanStream(2, scan, &n)}
+	var batch []chunk
 	for {
-		c, ok := q.pop()
+		var ok bool
+		batch, ok = q.popAll(batch)
 		if !ok {
 			break
 		}
-		s := streams[c.stream]
-		s.skip(c.gap)
-		if len(c.b) > 0 {
-			_, _ = s.split.Write(c.b)
+		size := 0
+		for i := range batch {
+			c := &batch[i]
+			s := streams[c.stream]
+			s.skip(c.gap)
+			if len(c.b) > 0 {
+				_, _ = s.split.Write(c.b)
+				size += len(c.b)
+			}
+			q.release(c.b)
+			*c = chunk{}
 		}
-		q.release(c.b)
+		if size > 0 {
+			time.Sleep(scanLinger)
+		}
 	}
 	for _, s := range streams[1:] {
 		s.split.Flush()
 	}
+	return n
 }
 
 // lockedWriter serialises writes of the two pipe readers into one log.
@@ -278,21 +304,35 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // reader copies one stream of the child until end of file, EIO (a pty whose
-// other side is closed), or the read deadline set by the drain.
+// other side is closed), or the drain deadline.
+//
+// It reads the non-blocking descriptor itself and waits in poll(2) when there
+// is nothing to read, on its own thread, rather than in the runtime's network
+// poller: a job that writes fast makes thousands of reads a second, and
+// parking and waking a goroutine for each costs more CPU than the copy.
 type reader struct {
-	stream int
-	src    *os.File
-	out    io.Writer // terminal side; nil to discard
-	log    io.Writer // may be nil
-	q      *scanQueue
-	logger *zap.Logger
+	stream   int
+	src      *os.File
+	out      io.Writer // terminal side; nil to discard
+	log      io.Writer // may be nil
+	q        *scanQueue
+	logger   *zap.Logger
+	deadline atomic.Int64 // unix nanoseconds; 0: none
 }
+
+// pollInterval bounds how late the reader notices the drain deadline.
+const pollInterval = 100 // milliseconds
 
 func (r *reader) run() {
 	buf := make([]byte, readBufSize)
 	outOK, logOK := r.out != nil, r.log != nil
+	rc, err := r.src.SyscallConn()
+	if err != nil {
+		r.logger.Error("cannot read the job's output", zap.Int("stream", r.stream), zap.Error(err))
+		return
+	}
 	for {
-		n, err := r.src.Read(buf)
+		n, err := r.read(rc, buf)
 		if n > 0 {
 			p := buf[:n]
 			if outOK {
@@ -323,6 +363,40 @@ func (r *reader) run() {
 	if r.q != nil {
 		r.q.finish(r.stream)
 	}
+}
+
+// read reads once, waiting in poll(2) for data, until the drain deadline.
+func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
+	var n int
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, rerr = unix.Read(int(fd), buf)
+			switch rerr {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				if d := r.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
+					n, rerr = 0, os.ErrDeadlineExceeded
+					return true
+				}
+				_, _ = unix.Poll(fds, pollInterval)
+				continue
+			}
+			if n < 0 {
+				n = 0
+			}
+			if rerr == nil && n == 0 {
+				rerr = io.EOF
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
 }
 
 // endOfStream reports whether err is a normal end of the child's output: end

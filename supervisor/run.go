@@ -37,8 +37,6 @@ type Job struct {
 	Signals *Signals
 	Logger  *zap.Logger
 	Term    *os.File // the terminal the pty's size follows, if any
-
-	lines int64 // lines scanned, all attempts
 }
 
 // Prepare resolves cfg (launch mode, environment, run directory), prints the
@@ -145,7 +143,7 @@ func (j *Job) Spec(argv, env []string) AttemptSpec {
 		Stderr: j.Status.Stderr(),
 		Term:   j.Term,
 		Log:    j.RunDir.Log(),
-		Scan:   func(int, lines.Line) { j.lines++ },
+		Scan:   func(int, lines.Line) {}, // the attempt counts the lines
 		Grace:  j.Cfg.Grace,
 		Logger: j.Logger,
 	}
@@ -193,7 +191,7 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 		"pid":                res.Pid,
 		"exit_code":          res.Code,
 		"duration_s":         res.End.Sub(res.Start).Seconds(),
-		"lines":              j.lines,
+		"lines":              res.ScannedLines,
 		"dropped_scan_bytes": res.DroppedScanBytes,
 		"stopped_by_us":      res.StoppedByUs,
 		"killed":             res.Killed,
