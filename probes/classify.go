@@ -463,6 +463,7 @@ func (c *Classifier) emit(e Event) {
 
 // record adopts a candidate failure found on the current line.
 func (c *Classifier) record(f failure, rank int, t, full []byte) {
+	f.detail = clipText(f.detail, maxDetail)
 	if f.rank < 0 {
 		f.rank = rank
 	}
@@ -520,8 +521,8 @@ func (c *Classifier) merge(cur, f *failure) {
 	}
 	if cur.detail == "" {
 		cur.detail = f.detail
-	} else if f.detail != "" && f.family != cur.family && len(cur.detail) < 400 {
-		cur.detail += "; " + f.detail
+	} else if f.family != cur.family {
+		addDetail(&cur.detail, f.detail)
 	}
 	if !f.lowConf {
 		cur.lowConf = false
@@ -558,25 +559,41 @@ func fillOOM(dst, src *OOM) {
 	}
 }
 
+// maxDetail bounds a failure's detail (the evidence in plain words).
+const maxDetail = 600
+
+// addDetail appends s to the detail *d, keeping it within maxDetail.
+func addDetail(d *string, s string) {
+	if s == "" || len(*d) >= maxDetail {
+		return
+	}
+	if *d != "" {
+		s = "; " + s
+	}
+	*d += clipText(s, maxDetail-len(*d))
+}
+
+// clipText shortens s to at most n bytes, at a character boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // boundedText is the failure line for Verdict.Text: the whole line when it is
-// short, else a window of it starting a little before the message.
+// short, else a window of it starting a little before the message. Invalid
+// UTF-8 is replaced; the result is at most maxText bytes and a "…".
 func boundedText(full, t []byte) string {
-	s := trimSpace(full)
+	s := bytes.ToValidUTF8(trimSpace(full), []byte("\uFFFD"))
 	if len(s) <= maxText {
-		return string(bytes.ToValidUTF8(s, []byte("\uFFFD")))
+		return string(s)
 	}
-	w := trimSpace(t)
-	if len(w) > maxText {
-		w = w[:maxText]
-		for len(w) > 0 {
-			if r, size := utf8.DecodeLastRune(w); r == utf8.RuneError && size <= 1 {
-				w = w[:len(w)-1] // do not end inside a character
-				continue
-			}
-			break
-		}
-	}
-	return "…" + string(bytes.ToValidUTF8(w, []byte("\uFFFD")))
+	w := bytes.ToValidUTF8(trimSpace(t), []byte("\uFFFD"))
+	return "…" + clipText(string(w), maxText)
 }
 
 // continuePending appends a continuation line to a hard-wrapped OOM message.
@@ -683,7 +700,7 @@ func (c *Classifier) rootCauseLine(t, full []byte) bool {
 	case "traceback":
 		if bHas(val, "SIGKILL") || bHas(val, "Signal 9 ") {
 			if c.cur != nil && c.cur.kind == KindHostOOM && c.cur.family == "torchrun" {
-				c.cur.detail += "; " + string(val)
+				addDetail(&c.cur.detail, string(val))
 			}
 		}
 	}

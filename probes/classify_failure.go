@@ -89,7 +89,7 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwUnableAlloc) {
 		// NumPy: "Unable to allocate 3.00 GiB for an array with shape (...)"
 		i := indexFoldASCII(t, "unable to allocate")
-		if v, ok := memSizeAfter(t[i:], t2s(t[i:i+len("unable to allocate ")])); ok {
+		if v, _, ok := parseMemSize(trimSpaceLeft(t[i+len("unable to allocate"):])); ok {
 			f := memFailure(KindCPUAllocOOM, "host memory allocation failed", "numpy")
 			f.oom = &OOM{Format: "numpy", Exception: exceptionBefore(t, i), RequestedBytes: valPtr(v)}
 			if mentionsGPU(t) {
@@ -179,9 +179,6 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	}
 	return failure{}, false
 }
-
-// t2s copies b into a string (for a short key built from the line itself).
-func t2s(b []byte) string { return string(b) }
 
 // mentionsGPU says whether a line talks about a GPU device.
 func mentionsGPU(t []byte) bool {

@@ -26,7 +26,7 @@ func checkBounded(t *testing.T, c *Classifier) {
 	if cap(c.buf) > 2*lines.DefaultMax+64 {
 		t.Fatalf("frame buffer of %d bytes", cap(c.buf))
 	}
-	if f := c.cur; f != nil && (len(f.text) > maxText+8 || len(f.detail) > 2048) {
+	if f := c.cur; f != nil && (len(f.text) > maxText+8 || len(f.detail) > maxDetail) {
 		t.Fatalf("failure text %d bytes, detail %d bytes", len(f.text), len(f.detail))
 	}
 }

@@ -303,6 +303,7 @@ func TestHostAndCPUForms(t *testing.T) {
 		{name: "numpy unable to allocate", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.00 GiB for an array with shape (20000, 20000) and data type float64\n",
 			kind: KindCPUAllocOOM, rank: -1,
 			check: func(t *testing.T, v Verdict) { wantBytes(t, "requested", v.OOM.RequestedBytes, 3*gib) }},
+		{name: "unable to allocate at the end of a line", log: "RuntimeError: unable to allocate\n", kind: KindCrash, rank: -1},
 		{name: "Python MemoryError", log: "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nMemoryError\n",
 			kind: KindCPUAllocOOM, rank: -1},
 		{name: "fork ENOMEM", log: "OSError: [Errno 12] Cannot allocate memory\n", kind: KindCPUAllocOOM, rank: -1},
