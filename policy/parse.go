@@ -224,7 +224,7 @@ func (w *walker) fraction(n *yaml.Node, what string) float64 {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
-var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints"}
+var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm"}
 
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
@@ -233,6 +233,7 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 		backoff:    backoff{initial: 5 * time.Second, factor: 2, max: 5 * time.Minute, jitter: 0.2},
 		oomGrace:   30 * time.Second,
 		sampling:   Sampling{BaseHz: 1, ValHz: 20, FastWindow: 5 * time.Second},
+		slurm:      DefaultSlurm,
 	}
 	p.ckpt.Choose = "newest"
 	p.ckpt.Quiet = 10 * time.Second
@@ -244,7 +245,7 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	byName := map[string]field{}
 	for _, f := range fields {
-		if f.val.Kind == yaml.ScalarNode && f.val.Tag == "!!null" && f.name != "version" {
+		if f.val.Kind == yaml.ScalarNode && f.val.Tag == "!!null" && f.name != "version" && f.name != "slurm" {
 			continue // "rules:" with nothing under it: the default
 		}
 		byName[f.name] = f
@@ -286,6 +287,9 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["checkpoints"]; ok {
 		w.checkpoints(f.val, &p.ckpt, p)
+	}
+	if f, ok := byName["slurm"]; ok {
+		w.slurmSpec(f.val, &p.slurm)
 	}
 	w.crossCheck(p)
 	return p

@@ -40,6 +40,7 @@ type Policy struct {
 	ckpt        CheckpointSpec
 	envVars     []string // variables named by set_env and merge_env actions, first use first
 	ckptPass    pass
+	slurm       Slurm
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

@@ -89,6 +89,9 @@ type loop struct {
 	origin time.Time
 
 	rows []attemptRow
+	// slurm: requeue on the policy's slurm.requeue_on signals; nil outside
+	// Slurm (Slurm hook, supervisor/slurm.go).
+	slurm *slurmRun
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []probes.GPUSample
@@ -144,6 +147,8 @@ func runLoop(cfg Config) int {
 	if l.pol != nil {
 		job.RunDir.Event("policy", map[string]any{"file": l.pol.File(), "knobs": l.state.Policies.Values, "rules": l.pol.Rules()})
 	}
+	l.slurm = l.startSlurm() // Slurm hook (supervisor/slurm.go)
+	defer l.slurm.close()
 
 	l.gpu = probes.OpenGPU(job.Env, l.log)
 	defer l.gpu.Close()
@@ -289,6 +294,11 @@ func (l *loop) attempts() int {
 			return l.end(0)
 		}
 		sig, terminated := l.job.Signals.Terminated()
+		// Slurm hook (supervisor/slurm.go): after a requeue signal nothing
+		// is relaunched here; end() requeues the job.
+		if rs, ok := l.slurm.requeueSignal(); ok {
+			return l.endForRequeue(n, rs, row, res.Code)
+		}
 		if l.pol == nil {
 			row.decision = "no policy"
 			l.rows = append(l.rows, row)
@@ -343,7 +353,7 @@ func (l *loop) attempts() int {
 			l.job.Status.Printf("warning: %v", err)
 		}
 		if !l.pause(d.Backoff) {
-			sig, _ := l.job.Signals.Terminated()
+			sig := l.stopSignal() // Slurm hook: a terminating or a requeue signal
 			l.job.Status.Printf("%s received while waiting to relaunch: not relaunching", signalName(sig))
 			return l.end(res.Code)
 		}
@@ -423,6 +433,7 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	var verdict probes.Verdict
 	res, err := l.job.RunAttempt(n, spec, AttemptHooks{
 		Started: func(a *Attempt) {
+			l.slurm.attach(a) // Slurm hook (supervisor/slurm.go)
 			sampled.Add(1)
 			go func() { defer sampled.Done(); sampler.Run(ctx, a.PID) }()
 			// After an out-of-memory line the job gets oom_grace to exit by
@@ -610,6 +621,8 @@ func (l *loop) pause(backoff time.Duration) bool {
 		select {
 		case <-stop:
 			cancel()
+		case <-l.slurm.requeueC(): // Slurm hook (supervisor/slurm.go)
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
@@ -692,6 +705,7 @@ func (l *loop) end(code int) int {
 			l.job.Status.Printf("  %s", line)
 		}
 	}
+	l.requeueAtEnd(code) // Slurm hook (supervisor/slurm.go): last, once state.json is saved
 	return code
 }
 
