@@ -136,6 +136,7 @@ type failure struct {
 	allowTable int // "would exceed allowed memory": figures follow until this line
 
 	wrapped string // an incomplete PyTorch OOM message, to be continued
+	exc     string // for a Python exception line: the exception's type
 }
 
 // handledFailure is a failure that training survived.
@@ -473,6 +474,11 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	cur := c.cur
 	if cur != nil {
 		if f.class > cur.class {
+			if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
+				// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
+				// then "(0) Resource exhausted: OOM when allocating ...".
+				f.oom.Exception = cur.exc
+			}
 			c.pend = pendingMsg{}
 			c.adopt(f, t, full)
 			return

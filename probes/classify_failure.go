@@ -782,7 +782,9 @@ func exceptionFailure(name string, msg []byte) failure {
 	case short == "DistBackendError" || bHas(msg, "NCCL error") || bHas(msg, "NCCL communicator"):
 		return crashFailure(classSpecific, "NCCL error ("+quoted+")", "nccl_error")
 	}
-	return crashFailure(classGeneric, quoted, "exception")
+	f := crashFailure(classGeneric, quoted, "exception")
+	f.exc = name
+	return f
 }
 
 // autoBatchLine tracks YOLOv5/Ultralytics AutoBatch, whose probing prints

@@ -252,6 +252,9 @@ func TestGPUOOMForms(t *testing.T) {
 			kind: KindGPUOOM, rank: -1,
 			check: func(t *testing.T, v Verdict) {
 				wantBytes(t, "requested", v.OOM.RequestedBytes, 64*256*56*56*2)
+				if v.OOM.Exception != "tensorflow.python.framework.errors_impl.ResourceExhaustedError" {
+					t.Errorf("exception %q, want the one printed on the line before", v.OOM.Exception)
+				}
 				if v.Line != 2 {
 					t.Errorf("line %d", v.Line)
 				}
@@ -449,6 +452,8 @@ func TestPhases(t *testing.T) {
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}, {3, PhaseTrain}}, step: 0, epoch: 4},
 		{name: "fairseq hydra", log: "2021-01-01 10:00:00 | INFO | fairseq_cli.train | begin training epoch 3\nepoch 003:  13%|#3   | 130/1000 [00:30<03:00, loss=4.2, num_updates=2130]\n2021-01-01 10:10:00 | INFO | fairseq_cli.train | begin validation on \"valid\" subset\n",
 			marks: []mark{{1, PhaseTrain}, {3, PhaseVal}}, step: 2130, epoch: 3},
+		{name: "fairseq legacy without colon", log: "| epoch 002    120 / 4120 loss=9.1, num_updates=4240\n| epoch 002 | valid on 'valid' subset | valid_loss 8.9\n",
+			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}}, step: 4240, epoch: 2},
 		{name: "catalyst", log: "1/10 * Epoch (train): 100% 50/50 [00:10<00:00]\n1/10 * Epoch (valid):  10% 1/10 [00:01<00:09]\n",
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}}, step: 50, epoch: 1},
 		{name: "mmcv 1.x val", log: "2022-01-01 00:00:00,000 - mmdet - INFO - Epoch [1][50/100]\tlr: 1e-2, loss: 0.5\n2022-01-01 00:01:00,000 - mmdet - INFO - Epoch(val) [1][100]\tbbox_mAP: 0.3\n2022-01-01 00:02:00,000 - mmdet - INFO - Epoch [2][50/100]\tlr: 1e-2, loss: 0.4\n",

@@ -588,7 +588,15 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if i := bIndex(t, "epoch "); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '|') {
 		rest := t[i+len("epoch "):]
 		v, n, ok := scanInt(rest)
-		if ok && asciiDigit(rest[0]) && n < len(rest) && rest[n] == ':' {
+		colon := ok && asciiDigit(rest[0]) && n < len(rest) && rest[n] == ':'
+		if !colon && ok && asciiDigit(rest[0]) && n+1 < len(rest) && rest[n] == ' ' {
+			// "| epoch 001    850 / 4120": a counter right after the epoch
+			after := trimSpaceLeft(rest[n:])
+			if _, m, ok2 := scanInt(after); ok2 && len(after) > 0 && asciiDigit(after[0]) && bHasPrefix(trimSpaceLeft(after[m:]), "/") {
+				colon = true
+			}
+		}
+		if colon {
 			r.epoch = v
 			if c, tot, ok := barCounter(rest, n+1); ok {
 				r.cur, r.tot, r.step = c, tot, c
