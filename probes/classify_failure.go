@@ -368,9 +368,6 @@ func exhaustedOrOOM(t []byte, h *hitSet) (failure, bool) {
 	if i := bIndex(t, "OOM when allocating"); i >= 0 {
 		f, o := gpuOOM(t, i, "tf_oom_tensor")
 		f.reason = "GPU out of memory (TensorFlow)"
-		if o.Exception == "" && bHas(t, "Resource exhausted:") {
-			o.Exception = ""
-		}
 		parseTFOOM(t[i:], o, &f.extra)
 		return f, true
 	}
