@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -393,6 +394,10 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	// reach the sampler (faster sampling in validation), the journal, and the
 	// OOM grace timer below.
 	failed := make(chan struct{}, 1)
+	// stepsSince counts step prints after the last out-of-memory line: a
+	// framework that caught the OOM (and retried with a smaller batch) goes
+	// on printing steps, and must not be stopped.
+	var stepsSince atomic.Int64
 	var epoch int64 = -1
 	cls, err := probes.NewClassifier(probes.ClassifierOptions{
 		PhasePatterns: patterns,
@@ -403,12 +408,14 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 				if ev.Epoch >= 0 {
 					epoch = ev.Epoch
 				}
+				stepsSince.Add(1)
 			case probes.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
 				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line})
 			case probes.EventFailure:
 				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "text": ev.Text})
 				if isMemory(ev.Kind) {
+					stepsSince.Store(0)
 					select {
 					case failed <- struct{}{}:
 					default:
@@ -439,17 +446,29 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 			// After an out-of-memory line the job gets oom_grace to exit by
 			// itself; other ranks may hang in a collective until NCCL's
 			// timeout, tens of minutes, so then the whole tree is stopped.
+			// A job that trains on after the error (two steps printed since)
+			// survived it and is left alone.
 			go func() {
-				select {
-				case <-failed:
-				case <-a.Done():
-					return
-				}
-				select {
-				case <-time.After(grace):
-					status.Printf("the job did not exit within %s of its out-of-memory error: stopping it", grace)
-					a.Stop(fmt.Sprintf("no exit within oom_grace (%s) after an out-of-memory error", grace))
-				case <-a.Done():
+				for {
+					select {
+					case <-failed:
+					case <-a.Done():
+						return
+					}
+					t := time.NewTimer(grace)
+					select {
+					case <-t.C:
+						if stepsSince.Load() >= 2 {
+							l.log.Info("training went on after an out-of-memory error: not stopping the job")
+							continue
+						}
+						status.Printf("the job did not exit within %s of its out-of-memory error: stopping it", grace)
+						a.Stop(fmt.Sprintf("no exit within oom_grace (%s) after an out-of-memory error", grace))
+						return
+					case <-a.Done():
+						t.Stop()
+						return
+					}
 				}
 			}()
 		},
