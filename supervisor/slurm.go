@@ -131,6 +131,10 @@ func (l *loop) startSlurm() *slurmRun {
 		line += ", on node " + node
 	}
 	switch {
+	case l.pol == nil:
+		line += "; no requeue (no policy)"
+		s.status.Printf("%s", line)
+		return nil
 	case len(names) == 0:
 		line += "; no requeue (the policy has no slurm: section)"
 		s.status.Printf("%s", line)
