@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -55,6 +56,16 @@ func orphanProcess(t *testing.T, env ...string) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	// The shell printed the pid right after the fork: wait for the exec, so
+	// that doctor reads sleep's command line rather than an empty one.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(b), "sleep") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d never exec'd sleep", pid)
+		}
+	}
 	return pid
 }
 
@@ -147,10 +158,8 @@ func TestDoctorWithMockGPUs(t *testing.T) {
 			t.Errorf("%s process %d not listed", name, pids[name])
 			return
 		}
-		// (The orphan may not have exec'd sleep yet: its shell printed its pid
-		// right after the fork.)
 		if p.Stale != stale || !strings.Contains(p.Status, status) || !p.Visible || p.Command == "" || p.User == "" ||
-			name != "orphan" && !strings.Contains(p.Command, "sleep 600") {
+			!strings.Contains(p.Command, "sleep 600") {
 			t.Errorf("%s: %+v, want stale=%v and %q", name, p, stale, status)
 		}
 	}
