@@ -399,6 +399,10 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	// on printing steps, and must not be stopped.
 	var stepsSince atomic.Int64
 	var epoch int64 = -1
+	// Lines are numbered per stream (stdout and stderr are split apart under
+	// pipes), so each journalled line says which stream it counts in. Set and
+	// read on the scanner goroutine only.
+	stream := "stdout"
 	cls, err := probes.NewClassifier(probes.ClassifierOptions{
 		PhasePatterns: patterns,
 		AllocConf:     allocConf(env),
@@ -411,9 +415,9 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 				stepsSince.Add(1)
 			case probes.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
-				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line})
+				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
 			case probes.EventFailure:
-				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "text": ev.Text})
+				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
 				if isMemory(ev.Kind) {
 					stepsSince.Store(0)
 					select {
@@ -435,7 +439,17 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	kills0, killsOK := probes.CgroupOOMKills("/proc", os.Getpid())
 
 	spec := l.job.Spec(argv, env)
-	spec.Scan = func(_ int, ln lines.Line) { cls.Line(ln) }
+	spec.Scan = func(s int, ln lines.Line) {
+		switch {
+		case spec.PTY:
+			stream = "pty"
+		case s == 2:
+			stream = "stderr"
+		default:
+			stream = "stdout"
+		}
+		cls.Line(ln)
+	}
 	var sampled sync.WaitGroup
 	var verdict probes.Verdict
 	res, err := l.job.RunAttempt(n, spec, AttemptHooks{
