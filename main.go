@@ -90,13 +90,13 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 			{
 				Name:      "explain",
 				Usage:     "say what a log shows: out-of-memory kind, phase, numbers, and what to change",
-				ArgsUsage: "LOG... (- for stdin)",
+				ArgsUsage: "LOG|RUN_DIR... (- for stdin; a run directory is explained attempt by attempt)",
 				Flags: []cli.Flag{
-					&cli.BoolFlag{Name: "json", Usage: "print one JSON object per log"},
+					&cli.BoolFlag{Name: "json", Usage: "print one JSON object per log (per attempt for a run directory)"},
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() == 0 {
-						fmt.Fprintln(stderr, "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG... (- for stdin)")
+						fmt.Fprintln(stderr, "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG|RUN_DIR... (- for stdin)")
 						return set(supervisor.ExitUsage)
 					}
 					return set(explain.Command(explain.Options{

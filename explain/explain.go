@@ -2,7 +2,8 @@
 // finished logs, in plain words or as JSON.
 //
 // It reads each log named on the command line ("-" is standard input),
-// whether or not it was written under gpuguard, gzip-compressed or not, and
+// whether or not it was written under gpuguard, gzip-compressed or not (a
+// gpuguard run directory, or its output.log, is read attempt by attempt), and
 // prints what happened (out-of-memory kind, or a crash that is not memory),
 // where (line, phase, rank, step), the figures the message printed in GiB,
 // and what to change. The classification is probes.ClassifyReader's; this
@@ -16,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/gpuguard/gpuguard/probes"
@@ -54,30 +57,146 @@ func Command(o Options) int {
 	stdinUsed := false
 	first := true
 	for _, path := range o.Paths {
-		v, err := explainOne(path, o.Stdin, &stdinUsed)
+		results, err := explainPath(path, o.Stdin, &stdinUsed)
 		if err != nil {
 			fmt.Fprintf(o.Stderr, "gpuguard explain: %v\n", err)
 			status = ExitNoInput
 			continue
 		}
-		if o.JSON {
-			err = writeJSON(out, path, v)
-		} else {
-			if !first {
-				out.WriteString("\n")
+		for _, r := range results {
+			if o.JSON {
+				err = writeJSON(out, r)
+			} else {
+				if !first {
+					out.WriteString("\n")
+				}
+				err = writeText(out, r)
 			}
-			err = writeText(out, path, v)
-		}
-		first = false
-		if err == nil {
-			err = out.Flush()
-		}
-		if err != nil {
-			fmt.Fprintf(o.Stderr, "gpuguard explain: writing the result for %s: %v\n", displayName(path), err)
-			return ExitIO
+			first = false
+			if err == nil {
+				err = out.Flush()
+			}
+			if err != nil {
+				fmt.Fprintf(o.Stderr, "gpuguard explain: writing the result for %s: %v\n", displayName(path), err)
+				return ExitIO
+			}
 		}
 	}
 	return status
+}
+
+// result is the verdict on one log, or on one attempt's part of a run
+// directory's output.log (Attempt > 0).
+type result struct {
+	File    string
+	Attempt int
+	Verdict probes.Verdict
+}
+
+// explainPath explains a log file, or a gpuguard run directory (or the
+// output.log inside one) attempt by attempt: every attempt_start event in
+// its events.jsonl says where that attempt's output begins in output.log.
+// A run written before gpuguard recorded those offsets is explained whole.
+func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error) {
+	if path != "-" {
+		dir := ""
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			dir = path
+		} else if filepath.Base(path) == runLogName {
+			dir = filepath.Dir(path)
+		}
+		if dir != "" {
+			attempts, err := runAttempts(dir)
+			if err != nil {
+				return nil, err
+			}
+			if len(attempts) > 0 {
+				return explainRun(dir, attempts)
+			}
+			path = filepath.Join(dir, runLogName)
+		}
+	}
+	v, err := explainOne(path, stdin, stdinUsed)
+	if err != nil {
+		return nil, err
+	}
+	return []result{{File: path, Verdict: v}}, nil
+}
+
+// The files of a gpuguard run directory that explain reads.
+const (
+	runLogName    = "output.log"
+	runEventsName = "events.jsonl"
+)
+
+// attemptSpan is where one attempt's output lies in output.log.
+type attemptSpan struct {
+	attempt int
+	offset  int64
+}
+
+// runAttempts reads the attempts' output offsets from dir's events.jsonl. It
+// returns none for a directory without events.jsonl next to output.log
+// (not a run directory) or whose attempts carry no offsets; lines that are
+// not JSON are skipped (the journal may end in a torn write).
+func runAttempts(dir string) ([]attemptSpan, error) {
+	f, err := os.Open(filepath.Join(dir, runEventsName))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, lerr := os.Stat(filepath.Join(dir, runLogName)); lerr != nil {
+				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, runLogName)
+			}
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runEventsName), unwrapPath(err))
+	}
+	defer f.Close()
+	var spans []attemptSpan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev struct {
+			Type      string `json:"type"`
+			Attempt   int    `json:"attempt"`
+			LogOffset *int64 `json:"log_offset"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Type != "attempt_start" {
+			continue
+		}
+		if ev.LogOffset == nil {
+			return nil, nil // written by a gpuguard that did not record offsets
+		}
+		spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runEventsName), err)
+	}
+	return spans, nil
+}
+
+// explainRun classifies each attempt's part of dir's output.log on its own,
+// so that a failure the next attempt recovered from is that attempt's
+// verdict, not an earlier failure "the job survived".
+func explainRun(dir string, spans []attemptSpan) ([]result, error) {
+	logPath := filepath.Join(dir, runLogName)
+	f, err := os.Open(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
+	}
+	defer f.Close()
+	out := make([]result, 0, len(spans))
+	for i, s := range spans {
+		var r io.Reader = io.NewSectionReader(f, s.offset, 1<<62)
+		if i+1 < len(spans) {
+			r = io.NewSectionReader(f, s.offset, max(spans[i+1].offset-s.offset, 0))
+		}
+		v, err := probes.ClassifyReader(r, probes.ClassifierOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
+		}
+		out = append(out, result{File: logPath, Attempt: s.attempt, Verdict: v})
+	}
+	return out, nil
 }
 
 func displayName(path string) string {
@@ -139,15 +258,17 @@ func unwrapPath(err error) error {
 // jsonVerdict is the --json object: the Verdict with the file it is about,
 // the phase as null when none, and empty lists as [] rather than null.
 type jsonVerdict struct {
-	File string `json:"file"`
+	File    string `json:"file"`
+	Attempt int    `json:"attempt,omitempty"` // in a run directory: the attempt, from 1
 	probes.Verdict
 	Phase       *probes.Phase      `json:"phase"`
 	Phases      []probes.PhaseMark `json:"phases"`
 	Suggestions []string           `json:"suggestions"`
 }
 
-func writeJSON(w io.Writer, path string, v probes.Verdict) error {
-	j := jsonVerdict{File: path, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions}
+func writeJSON(w io.Writer, r result) error {
+	v := r.Verdict
+	j := jsonVerdict{File: r.File, Attempt: r.Attempt, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions}
 	if v.Phase != probes.PhaseNone {
 		p := v.Phase
 		j.Phase = &p
@@ -181,8 +302,13 @@ func kindTitle(v probes.Verdict) string {
 const wrapWidth = 100
 
 // writeText renders a verdict for a person.
-func writeText(w *bufio.Writer, path string, v probes.Verdict) error {
-	fmt.Fprintf(w, "%s: %s (%s)\n", displayName(path), kindTitle(v), v.Kind)
+func writeText(w *bufio.Writer, r result) error {
+	v := r.Verdict
+	name := displayName(r.File)
+	if r.Attempt > 0 {
+		name += fmt.Sprintf(", attempt %d", r.Attempt)
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", name, kindTitle(v), v.Kind)
 	field := func(name, value string) {
 		if value == "" {
 			return

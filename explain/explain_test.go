@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,5 +217,47 @@ func TestWrap(t *testing.T) {
 	}
 	if c := clip("héllo wörld", 2); c != "h…" {
 		t.Errorf("clip = %q", c)
+	}
+}
+
+// A run directory whose journal lacks offsets (an older gpuguard) is
+// explained as one log; a torn last line of the journal is skipped.
+func TestRunDirWithoutOffsets(t *testing.T) {
+	dir := t.TempDir()
+	log, err := os.ReadFile("testdata/cpu-alloc.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "output.log"), log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	events := `{"type":"attempt_start","attempt":1}` + "\n" + `{"type":"attempt_st`
+	if err := os.WriteFile(filepath.Join(dir, "events.jsonl"), []byte(events), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, "", true, dir)
+	if code != ExitOK || errs != "" || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(out, `"file":"`+filepath.Join(dir, "output.log")+`","kind":"cpu_alloc_oom"`) {
+		t.Fatalf("status %d, stderr %q, out %s", code, errs, out)
+	}
+
+	// With offsets, each attempt is read apart: the OOM of the first is not
+	// seen by the second, which starts after it.
+	events = `{"type":"attempt_start","attempt":1,"log_offset":0}` + "\n" +
+		fmt.Sprintf(`{"type":"attempt_start","attempt":2,"log_offset":%d}`, len(log)) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "events.jsonl"), []byte(events), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "output.log"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("Epoch 1: 100%|██████████| 10/10\ntraining complete\n")
+	f.Close()
+	code, out, errs = run(t, "", true, dir)
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if code != ExitOK || errs != "" || len(got) != 2 ||
+		!strings.Contains(got[0], `"attempt":1,"kind":"cpu_alloc_oom"`) || !strings.Contains(got[1], `"attempt":2,"kind":"none"`) {
+		t.Fatalf("status %d, stderr %q, out %s", code, errs, out)
 	}
 }

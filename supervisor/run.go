@@ -171,6 +171,7 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 		j.Signals.Attach(nil)
 		return AttemptResult{}, &Error{Code: 128 + int(sig), Msg: signalName(sig) + " received: not starting the job again"}
 	}
+	logOffset := j.RunDir.LogOffset() // before the child can write
 	a, err := StartAttempt(spec)
 	if err != nil {
 		j.Signals.Attach(nil)
@@ -179,7 +180,7 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 		return AttemptResult{}, err
 	}
 	j.Signals.Attach(a)
-	j.RunDir.Event("attempt_start", map[string]any{"attempt": n, "pid": a.PID(), "argv": spec.Argv})
+	j.RunDir.Event("attempt_start", map[string]any{"attempt": n, "pid": a.PID(), "argv": spec.Argv, "log_offset": logOffset})
 	if hooks.Started != nil {
 		hooks.Started(a)
 	}

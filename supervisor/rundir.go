@@ -153,6 +153,11 @@ func (r *RunDir) Path() string { return r.path }
 // logFlushDelay; a write error is returned by the next write or by Close.
 func (r *RunDir) Log() io.Writer { return r.out }
 
+// LogOffset is the byte offset in output.log at which the next output of the
+// job will be written: attempt_start events carry it (log_offset), so that
+// `gpuguard explain RUN_DIR` can read each attempt's output apart.
+func (r *RunDir) LogOffset() int64 { return r.out.Offset() }
+
 // Logger writes gpuguard's diagnostics to gpuguard.log (never to the
 // terminal).
 func (r *RunDir) Logger() *zap.Logger { return r.logger }
@@ -263,6 +268,7 @@ func (r *RunDir) Close() error {
 type bufferedFile struct {
 	mu    sync.Mutex
 	f     *os.File
+	off   int64 // the file's size once every accepted write is flushed
 	buf   []byte
 	timer *time.Timer
 	armed bool
@@ -271,6 +277,9 @@ type bufferedFile struct {
 
 func newBufferedFile(f *os.File) *bufferedFile {
 	b := &bufferedFile{f: f, buf: make([]byte, 0, 64<<10)}
+	if st, err := f.Stat(); err == nil {
+		b.off = st.Size() // output.log is appended to by --resume-run
+	}
 	b.timer = time.AfterFunc(time.Hour, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -287,6 +296,7 @@ func (b *bufferedFile) Write(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	b.off += int64(len(p))
 	if len(b.buf)+len(p) > cap(b.buf) {
 		b.flushLocked()
 		if len(p) >= cap(b.buf) {
@@ -312,6 +322,13 @@ func (b *bufferedFile) flushLocked() {
 		b.err = err
 	}
 	b.buf = b.buf[:0]
+}
+
+// Offset is the size output.log will have once what was written is flushed.
+func (b *bufferedFile) Offset() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.off
 }
 
 // Flush writes out what is buffered.
