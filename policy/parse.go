@@ -841,7 +841,7 @@ func (w *walker) phasePatterns(n *yaml.Node) []probes.PhasePattern {
 }
 
 func (w *walker) checkpoints(n *yaml.Node, c *CheckpointSpec, p *Policy) {
-	for _, f := range w.mapping(n, "checkpoints", "globs", "choose", "marker", "quiet", "poll", "pass", "required") {
+	for _, f := range w.mapping(n, "checkpoints", "globs", "choose", "marker", "quiet", "poll", "pass", "required", "earlier_runs") {
 		switch f.name {
 		case "globs":
 			c.Globs = w.strList(f.val, "checkpoints globs")
@@ -870,6 +870,8 @@ func (w *walker) checkpoints(n *yaml.Node, c *CheckpointSpec, p *Policy) {
 			c.Poll = w.duration(f.val, "checkpoints poll")
 		case "required":
 			c.Required = w.boolean(f.val, "checkpoints required")
+		case "earlier_runs":
+			c.EarlierRuns = w.boolean(f.val, "checkpoints earlier_runs")
 		case "pass":
 			p.ckptPass = w.pass(f.val)
 			c.Pass = p.ckptPass.describe()

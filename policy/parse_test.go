@@ -46,6 +46,7 @@ checkpoints:
   poll: 1s
   pass: {template: "--resume {checkpoint} --strict"}
   required: true
+  earlier_runs: true
 `
 
 func TestParseFull(t *testing.T) {
@@ -73,7 +74,7 @@ func TestParseFull(t *testing.T) {
 	}
 	c := p.Checkpoint()
 	if c.Choose != "highest_step" || c.Marker != "done.txt" || c.Quiet != 3*time.Second || c.Poll != time.Second ||
-		!c.Required || c.Pass != "--resume {checkpoint} --strict" || len(c.Globs) != 1 {
+		!c.Required || !c.EarlierRuns || c.Pass != "--resume {checkpoint} --strict" || len(c.Globs) != 1 {
 		t.Errorf("Checkpoint = %+v", c)
 	}
 	ex, err := c.Expand(Values{"out": Text("/runs/a")})
@@ -100,7 +101,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Errorf("default Sampling = %+v", s)
 	}
 	c := p.Checkpoint()
-	if c.Choose != "newest" || c.Required || c.Pass != "" || len(c.Globs) != 0 {
+	if c.Choose != "newest" || c.Required || c.EarlierRuns || c.Pass != "" || len(c.Globs) != 0 {
 		t.Errorf("default Checkpoint = %+v", c)
 	}
 	if p.budget.relaunches != 5 || p.budget.noProgress != 2 || p.budget.crash != 0 {

@@ -107,6 +107,11 @@ type CheckpointSpec struct {
 	// would repeat all its work, or fail on an output directory that exists);
 	// it gives up and says why.
 	Required bool
+	// EarlierRuns: checkpoints written before the run started may be
+	// resumed from. By default they are passed over (the supervisor says
+	// so): a finished run's checkpoints in the same directory may come from
+	// other settings.
+	EarlierRuns bool
 }
 
 // Checkpoint returns the checkpoint spec, with its defaults filled in.

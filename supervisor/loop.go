@@ -44,6 +44,9 @@ type runState struct {
 	Policy     string       `json:"policy"` // the policy file it ran with ("" for none)
 	Attempt    int          `json:"attempt"`
 	Checkpoint string       `json:"checkpoint,omitempty"` // last checkpoint resumed from
+	// Started is when the run began (kept across --resume-run and Slurm
+	// requeues): checkpoints older than that belong to earlier runs.
+	Started time.Time `json:"started,omitzero"`
 	Policies   policy.State `json:"state"`
 	Done       bool         `json:"done"`      // the run ended (success or give-up)
 	ExitCode   int          `json:"exit_code"` // when Done
@@ -93,6 +96,8 @@ type loop struct {
 	// slurm: requeue on the policy's slurm.requeue_on signals; nil outside
 	// Slurm (Slurm hook, supervisor/slurm.go).
 	slurm *slurmRun
+	// ignoredOld: a checkpoint of an earlier run was passed over (said once).
+	ignoredOld bool
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []probes.GPUSample
@@ -193,7 +198,7 @@ func (l *loop) loadPolicy(status *Status) int {
 		return ExitConfig
 	}
 	l.pol = pol
-	l.state = runState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals)}
+	l.state = runState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
 	return 0
 }
 
@@ -603,26 +608,42 @@ func (l *loop) latestCheckpoint() string {
 		return ""
 	}
 	deadline := time.Now().Add(l.spec.Quiet + l.spec.Poll)
+	var old *probes.Checkpoint
 	for {
 		best, ok := l.ckpts.Latest()
+		if ok && !l.ofThisRun(best) {
+			old, ok = &best, false
+		}
 		all, err := probes.ScanCheckpoints(l.wd, l.spec.CheckpointSpec, time.Now())
 		if err != nil {
 			l.log.Warn("checkpoint scan failed", zap.Error(err))
 		}
 		for _, c := range all {
+			if !l.ofThisRun(c) {
+				if c.Complete && (old == nil || l.newer(c, *old)) {
+					old = &c
+				}
+				continue
+			}
 			if c.Complete && (!ok || l.newer(c, best)) {
 				best, ok = c, true
 			}
 		}
 		pending := false
 		for _, c := range all {
-			if !c.Complete && c.Size > 0 && (!ok || l.newer(c, best)) {
+			if !c.Complete && c.Size > 0 && l.ofThisRun(c) && (!ok || l.newer(c, best)) {
 				pending = true
 			}
 		}
 		if !pending || time.Now().After(deadline) {
 			if ok {
 				return best.Path
+			}
+			if old != nil && !l.ignoredOld {
+				l.ignoredOld = true
+				l.job.Status.Printf("not resuming from %s: it was written before this run started (%s); "+
+					"set checkpoints: {earlier_runs: true} in the policy to resume from earlier runs' checkpoints",
+					displayPath(old.Path, l.wd), l.state.Started.Format(time.DateTime))
 			}
 			return ""
 		}
@@ -631,6 +652,18 @@ func (l *loop) latestCheckpoint() string {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// checkpointClockSlack allows for file systems whose timestamps are coarse
+// or come from another machine's clock (NFS).
+const checkpointClockSlack = 2 * time.Second
+
+// ofThisRun reports whether c may be resumed from: written since the run
+// started, unless the policy allows earlier runs' checkpoints. A job whose
+// output directory still holds a finished run's checkpoints must not be
+// relaunched from them: they may come from other settings, or another job.
+func (l *loop) ofThisRun(c probes.Checkpoint) bool {
+	return l.spec.EarlierRuns || l.state.Started.IsZero() || !c.ModTime.Before(l.state.Started.Add(-checkpointClockSlack))
 }
 
 // newer orders checkpoints the way the policy chooses them: by the step in
