@@ -34,7 +34,9 @@ import (
 const (
 	readBufSize = 64 << 10 // one read from the pty or a pipe
 	chunkSize   = 64 << 10 // the largest chunk in the scanner queue
-	queueChunks = 64       // chunks in the queue: with chunkSize, 4 MiB at most
+	// queueChunks bounds the chunks queued plus those the scanner holds:
+	// with chunkSize, 4 MiB of buffers at most, reused, never garbage.
+	queueChunks = 64
 )
 
 // gap describes bytes of one stream dropped before a chunk.
@@ -61,7 +63,8 @@ type scanQueue struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	items   []chunk
-	free    [][]byte
+	free    [][]byte // buffers for reuse
+	held    int      // chunk buffers taken by the scanner and not released
 	closed  bool
 	gaps    [3]gap // per stream: bytes dropped since its last queued chunk
 	dropped int64
@@ -77,7 +80,10 @@ func newScanQueue(onDrop func()) *scanQueue {
 
 // push queues a copy of p for stream. When the queue is full it drops the
 // oldest queued chunk to make room: the scanner always gets the most recent
-// output (where a failure is printed), and push never waits for it.
+// output (where a failure is printed), and push never waits for it. When
+// the scanner itself holds every buffer (nothing is queued to drop), p is
+// dropped. The buffers of queued and held chunks together never exceed
+// queueChunks, so a flood costs at most 4 MiB and makes no garbage.
 func (q *scanQueue) push(stream int, p []byte) {
 	q.mu.Lock()
 	// Coalesce into the last queued chunk of the same stream while the
@@ -91,7 +97,18 @@ func (q *scanQueue) push(stream int, p []byte) {
 		}
 	}
 	first := false
-	if len(q.items) >= queueChunks {
+	if len(q.items)+q.held >= queueChunks {
+		if len(q.items) == 0 {
+			q.gaps[stream].add(p)
+			q.dropped += int64(len(p))
+			first = !q.warned
+			q.warned = true
+			q.mu.Unlock()
+			if first && q.onDrop != nil {
+				q.onDrop()
+			}
+			return
+		}
 		first = q.dropOldest()
 	}
 	var buf []byte
@@ -136,7 +153,7 @@ func (q *scanQueue) dropOldest() bool {
 		g.endsLine = target.endsLine
 	}
 	*target = g
-	if cap(h.b) == chunkSize && len(q.free) < 4 {
+	if cap(h.b) == chunkSize && len(q.free) < queueChunks {
 		q.free = append(q.free, h.b)
 	}
 	first := !q.warned
@@ -173,18 +190,24 @@ func (q *scanQueue) popAll(buf []chunk) ([]chunk, bool) {
 		return buf[:0], false
 	}
 	buf = append(buf[:0], q.items...)
+	for i := range q.items {
+		if cap(q.items[i].b) == chunkSize {
+			q.held++
+		}
+	}
 	clear(q.items)
 	q.items = q.items[:0]
 	return buf, true
 }
 
-// release returns a chunk's buffer for reuse.
+// release returns a chunk's buffer, taken by popAll, for reuse.
 func (q *scanQueue) release(b []byte) {
 	if cap(b) != chunkSize {
 		return
 	}
 	q.mu.Lock()
-	if len(q.free) < 4 {
+	q.held--
+	if len(q.free) < queueChunks {
 		q.free = append(q.free, b)
 	}
 	q.mu.Unlock()
