@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""Train a small conv net on synthetic images with real PyTorch on the CPU.
+
+This is gpuguard's end-to-end test job (docs/e2e.md). It behaves like a
+typical research training script: a YAML config with command-line and
+environment overrides, a real torch.utils.data.DataLoader with worker
+processes, progressive resizing of the training crops, periodic checkpoints,
+validation, and resume from a checkpoint. Under a memory limit it runs out of
+memory for real, the way real jobs do:
+
+  * validation at full resolution (data.val_crop_size null) makes PyTorch's
+    CPU allocator fail under an address-space limit: "DefaultCPUAllocator:
+    can't allocate memory", during validation;
+  * a batch that is too large fails the same way in training, at the first
+    step after the warm-up at small crops;
+  * DataLoader workers that cache decoded images (data.cache_mb) exceed a
+    memory cgroup's limit when there are too many of them; the kernel kills
+    one, and the DataLoader reports "DataLoader worker (pid N) is killed by
+    signal: Killed."
+
+Output contract (tests and gpuguard read these lines):
+  effective batch E (batch_size B x grad_accum A)
+  resumed from PATH at step N          (with --resume; training continues at N+1)
+  gpuguard: phase=train
+  step S/T loss=L crop=C               (once per trained step)
+  saved checkpoint PATH                (after the atomic rename)
+  gpuguard: phase=val
+  Validating at step S: ...
+  val step=S loss=L acc=A
+  training finished at step T: ...
+
+Exit status: 0 when training finished; 1 on an uncaught error (Python's
+traceback, e.g. the allocator's RuntimeError); 2 for bad usage or config.
+
+Checkpoints are step_<N>.pt in the output directory, written to a temporary
+file in the same directory, fsynced, then renamed into place, so a file named
+step_<N>.pt is always complete. Resume never trains a step twice: a run
+resumed from step_<N>.pt starts at step N+1, with the batch sequence an
+uninterrupted run would have seen from there.
+"""
+
+import argparse
+import functools
+import os
+import random
+import resource
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+from torch.utils.data import DataLoader, Dataset
+
+
+def die(msg):
+    """Report a usage or configuration error and exit with status 2."""
+    print(f"train_torch.py: {msg}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------- config
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="Train a small conv net on synthetic images (gpuguard e2e job).")
+    p.add_argument("--config", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "config.yaml"),
+                   help="YAML config file (default: config.yaml next to this script)")
+    p.add_argument("--batch-size", type=int, help="override train.batch_size")
+    p.add_argument("--grad-accum", type=int, help="override train.grad_accum")
+    p.add_argument("--workers", type=int, help="override train.workers (DataLoader worker processes)")
+    p.add_argument("--steps", type=int, help="override train.steps")
+    p.add_argument("--output-dir", help="override output_dir (checkpoints go here)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key (dotted path; VALUE is parsed as YAML); repeatable")
+    p.add_argument("--resume", metavar="PATH",
+                   help="resume from this checkpoint file, or from the highest step_<N>.pt in this directory")
+    return p.parse_args(argv)
+
+
+def set_key(cfg, dotted, value, origin):
+    node = cfg
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            die(f"{origin}: {dotted}: {part} is not a section of the config")
+        node = node[part]
+    if parts[-1] not in node:
+        die(f"{origin}: {dotted} is not a key of the config; check the spelling against config.yaml")
+    node[parts[-1]] = value
+
+
+def load_config(args):
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f)
+    except OSError as e:
+        die(f"cannot read config {args.config}: {e.strerror}")
+    except yaml.YAMLError as e:
+        die(f"config {args.config} is not valid YAML: {e}")
+    if not isinstance(cfg, dict):
+        die(f"config {args.config}: expected a mapping at the top level")
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            die(f"--set {item}: expected KEY=VALUE")
+        set_key(cfg, key, yaml.safe_load(raw), f"--set {item}")
+    for flag, key in (("batch_size", "train.batch_size"), ("grad_accum", "train.grad_accum"),
+                      ("workers", "train.workers"), ("steps", "train.steps"), ("output_dir", "output_dir")):
+        v = getattr(args, flag)
+        if v is not None:
+            set_key(cfg, key, v, "--" + flag.replace("_", "-"))
+    env = os.environ.get("VAL_CROP_SIZE")
+    if env is not None:
+        if env.strip().lower() in ("", "null", "none", "full"):
+            cfg["data"]["val_crop_size"] = None
+        else:
+            try:
+                cfg["data"]["val_crop_size"] = int(env)
+            except ValueError:
+                die(f"VAL_CROP_SIZE={env!r}: expected a whole number of pixels, or null/none/full for full resolution")
+    d, t = cfg["data"], cfg["train"]
+    for section, key, low in ((t, "batch_size", 1), (t, "grad_accum", 1), (t, "workers", 0), (t, "steps", 1),
+                              (t, "checkpoint_every", 1), (t, "val_every", 1), (d, "image_size", 8),
+                              (d, "train_crop_size", 1), (d, "warmup_crop_size", 1), (d, "val_batch_size", 1),
+                              (d, "train_size", 1), (d, "val_size", 1), (d, "cache_mb", 0)):
+        v = section.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            die(f"config: {key} is {v!r}; it must be a whole number >= {low}")
+    adj = d.get("worker_oom_score_adj")
+    if not isinstance(adj, int) or isinstance(adj, bool) or not -1000 <= adj <= 1000:
+        die(f"config: data.worker_oom_score_adj is {adj!r}; it must be a whole number from -1000 to 1000")
+    vc = d["val_crop_size"]
+    if vc is not None and (not isinstance(vc, int) or not 1 <= vc <= d["image_size"]):
+        die(f"config: data.val_crop_size is {vc!r}; it must be null (full resolution) or 1..{d['image_size']}")
+    for key in ("train_crop_size", "warmup_crop_size"):
+        if d[key] > d["image_size"]:
+            die(f"config: data.{key} {d[key]} is larger than data.image_size {d['image_size']}")
+    return cfg
+
+
+# ---------------------------------------------------------------- data
+
+class SyntheticImages(Dataset):
+    """Images generated from the seed: a class-dependent stripe pattern plus noise.
+
+    Indexes are keys from StepBatches: (image index, crop side, crop y, crop x).
+    The full-resolution image is "decoded" (generated) first, then cropped, as
+    a real dataset decodes a file and crops it. With data.cache_mb > 0 every
+    DataLoader worker fills a cache of decoded images, up to cache_mb MiB, in
+    its own memory when it starts (init_worker), so their total grows with
+    the number of workers. Loading in the main process (workers 0) caches
+    nothing.
+    """
+
+    def __init__(self, seed, image_size, classes):
+        self.seed, self.size, self.classes = seed, image_size, classes
+        self.cache_bytes = 0  # set in each DataLoader worker by init_worker
+        self.cache, self.cached_bytes, self.bases = {}, 0, None
+
+    def __len__(self):
+        raise TypeError("SyntheticImages is indexed by StepBatches keys; it has no length")
+
+    def label(self, idx):
+        return idx % self.classes
+
+    def _base(self, label):
+        """The class's base field, twice the image side: a stripe pattern that
+        depends on the class plus noise drawn from the seed. An image is a
+        window of it at an offset drawn from (seed, idx); cutting a window is
+        one copy, so decoding costs about as much as touching the image's
+        memory."""
+        if self.bases is None:
+            s = 2 * self.size
+            g = torch.Generator().manual_seed(self.seed)
+            y = torch.arange(s, dtype=torch.float32).view(s, 1)
+            x = torch.arange(s, dtype=torch.float32).view(1, s)
+            self.bases = []
+            for c in range(self.classes):
+                period = 4.0 + 3.0 * c
+                stripes = torch.sin((x * (c % 2) + y * (1 - c % 2) + x * y / s) * (6.2832 / period))
+                chan = ((stripes + 1) * 63).to(torch.uint8)
+                noise = torch.randint(0, 128, (3, s, s), generator=g, dtype=torch.uint8)
+                self.bases.append(torch.stack([chan, chan.flip(0), chan.flip(1)]) + noise)
+        return self.bases[label]
+
+    def decode(self, idx):
+        img = self.cache.get(idx)
+        if img is not None:
+            return img
+        rng = random.Random(self.seed * 1_000_003 + idx)
+        dy, dx = rng.randrange(self.size), rng.randrange(self.size)
+        img = self._base(self.label(idx))[:, dy:dy + self.size, dx:dx + self.size].clone()
+        n = img.numel()
+        if self.cached_bytes + n <= self.cache_bytes:
+            self.cache[idx] = img
+            self.cached_bytes += n
+        return img
+
+    def warm(self, worker_id, num_workers):
+        """Fill this loading process's cache before the first batch, as a
+        prefetching loader does: images worker_id, worker_id + num_workers, ...
+        until cache_mb is reached. Its memory is private to the process (a
+        forked worker's own pages), so the total grows with the number of
+        workers. Returns the number of cached bytes."""
+        idx = worker_id
+        size = 3 * self.size * self.size
+        while self.cached_bytes + size <= self.cache_bytes:
+            self.decode(idx)
+            idx += num_workers
+        return self.cached_bytes
+
+    def __getitem__(self, key):
+        idx, crop, cy, cx = key
+        img = self.decode(idx)[:, cy:cy + crop, cx:cx + crop]
+        return (img.to(torch.float32) - 127.5) / 64.0, self.label(idx)
+
+
+class StepBatches:
+    """Batch sampler: the micro-batches of steps first..last, grad_accum per step.
+
+    Batch contents and crops depend only on (seed, step, micro-batch), so a
+    resumed run sees the batches an uninterrupted run would have seen.
+    """
+
+    def __init__(self, cfg, first, last):
+        self.cfg, self.first, self.last = cfg, first, last
+
+    def crop_for(self, step):
+        d = self.cfg["data"]
+        return d["warmup_crop_size"] if step <= d["warmup_steps"] else d["train_crop_size"]
+
+    def __iter__(self):
+        d, t = self.cfg["data"], self.cfg["train"]
+        for step in range(self.first, self.last + 1):
+            crop = self.crop_for(step)
+            for micro in range(t["grad_accum"]):
+                rng = random.Random(f"{self.cfg['seed']}:{step}:{micro}:{t['batch_size']}")
+                span = d["image_size"] - crop
+                yield [(rng.randrange(d["train_size"]), crop, rng.randint(0, span), rng.randint(0, span))
+                       for _ in range(t["batch_size"])]
+
+    def __len__(self):
+        return (self.last - self.first + 1) * self.cfg["train"]["grad_accum"]
+
+
+def init_worker(adj, cache_mb, worker_id):
+    """DataLoader worker_init_fn: set the worker's OOM score, then warm its cache of cache_mb MiB.
+
+    When memory runs out, the kernel kills the task with the highest badness:
+    its resident memory plus oom_score_adj (per mille of the memory it may
+    use). The trainer maps all of libtorch and so often looks bigger than a
+    worker; a positive adj makes a worker the victim, so the DataLoader
+    reports the death ("DataLoader worker (pid N) is killed by signal:
+    Killed.") instead of the whole job vanishing. Raising one's own adj needs
+    no privilege. adj 0 leaves the score alone.
+    """
+    if adj:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(adj))
+    info = torch.utils.data.get_worker_info()
+    info.dataset.cache_bytes = cache_mb << 20
+    info.dataset.warm(info.id, info.num_workers)
+
+
+def val_batches(cfg):
+    d = cfg["data"]
+    crop = d["val_crop_size"] or d["image_size"]
+    off = (d["image_size"] - crop) // 2
+    keys = [(d["train_size"] + i, crop, off, off) for i in range(d["val_size"])]
+    return [keys[i:i + d["val_batch_size"]] for i in range(0, len(keys), d["val_batch_size"])]
+
+
+# ---------------------------------------------------------------- model
+
+class Net(nn.Module):
+    """Fully convolutional, so it validates at any resolution."""
+
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, 2 * channels, 3, padding=1)
+        self.head = nn.Linear(2 * channels, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.relu(self.conv2(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def checkpoint_path(out_dir, step):
+    return os.path.join(out_dir, f"step_{step}.pt")
+
+
+def save_checkpoint(out_dir, step, model, opt, cfg):
+    """Write step_<step>.pt atomically: temporary file, fsync, rename, fsync dir."""
+    final = checkpoint_path(out_dir, step)
+    tmp = os.path.join(out_dir, f".step_{step}.pt.tmp-{os.getpid()}")
+    state = {"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+             "batch_size": cfg["train"]["batch_size"], "grad_accum": cfg["train"]["grad_accum"]}
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dfd = os.open(out_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    print(f"saved checkpoint {final}")
+
+
+def find_checkpoint(path):
+    """Return the checkpoint file to resume from: path itself, or the highest step_<N>.pt in directory path."""
+    if os.path.isdir(path):
+        best = None
+        for name in os.listdir(path):
+            if name.startswith("step_") and name.endswith(".pt") and name[5:-3].isdigit():
+                n = int(name[5:-3])
+                if best is None or n > best[0]:
+                    best = (n, os.path.join(path, name))
+        if best is None:
+            die(f"--resume {path}: the directory holds no step_<N>.pt checkpoint")
+        return best[1]
+    if not os.path.isfile(path):
+        die(f"--resume {path}: no such checkpoint file or directory")
+    return path
+
+
+# ---------------------------------------------------------------- loops
+
+def validate(model, cfg, dataset, step):
+    d = cfg["data"]
+    crop = d["val_crop_size"]
+    what = f"{crop}x{crop} center crops" if crop else f"{d['image_size']}x{d['image_size']} (full resolution)"
+    print("gpuguard: phase=val")
+    print(f"Validating at step {step}: {d['val_size']} images at {what}, batch {d['val_batch_size']}")
+    model.eval()
+    total_loss, correct, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for keys in val_batches(cfg):
+            x = torch.stack([dataset[k][0] for k in keys])
+            y = torch.tensor([dataset.label(k[0]) for k in keys])
+            out = model(x)
+            total_loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(1) == y).sum().item()
+            seen += len(keys)
+    model.train()
+    print(f"val step={step} loss={total_loss / seen:.4f} acc={correct / seen:.3f}")
+    print("gpuguard: phase=train")
+
+
+def main(argv):
+    sys.stdout.reconfigure(line_buffering=True)
+    args = parse_args(argv)
+    cfg = load_config(args)
+    d, t = cfg["data"], cfg["train"]
+    out_dir = cfg["output_dir"]
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        die(f"cannot create output directory {out_dir}: {e.strerror}")
+
+    torch.manual_seed(cfg["seed"])
+    model = Net(cfg["model"]["channels"], cfg["model"]["classes"])
+    opt = torch.optim.SGD(model.parameters(), lr=t["lr"], momentum=0.9)
+
+    start = 1
+    if args.resume:
+        path = find_checkpoint(args.resume)
+        state = torch.load(path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"] + 1
+        print(f"resumed from {path} at step {state['step']}")
+
+    print(f"effective batch {t['batch_size'] * t['grad_accum']} "
+          f"(batch_size {t['batch_size']} x grad_accum {t['grad_accum']})")
+    print(f"workers {t['workers']}, cache {d['cache_mb']} MiB per worker, "
+          f"val_crop_size {d['val_crop_size'] if d['val_crop_size'] else 'full'}, "
+          f"steps {start}..{t['steps']}, output {out_dir}")
+
+    # The main process keeps no cache; each DataLoader worker gets its own (init_worker).
+    dataset = SyntheticImages(cfg["seed"], d["image_size"], cfg["model"]["classes"])
+    sampler = StepBatches(cfg, start, t["steps"])
+    adj = d["worker_oom_score_adj"]
+    loader = DataLoader(dataset, batch_sampler=sampler, num_workers=t["workers"],
+                        worker_init_fn=functools.partial(init_worker, adj, d["cache_mb"]))
+    batches = iter(loader)
+
+    print("gpuguard: phase=train")
+    model.train()
+    for step in range(start, t["steps"] + 1):
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for _ in range(t["grad_accum"]):
+            x, y = next(batches)
+            loss = F.cross_entropy(model(x), y) / t["grad_accum"]
+            loss.backward()
+            loss_sum += loss.item()
+        opt.step()
+        print(f"step {step}/{t['steps']} loss={loss_sum:.4f} crop={sampler.crop_for(step)}")
+        if step % t["checkpoint_every"] == 0 or step == t["steps"]:
+            save_checkpoint(out_dir, step, model, opt, cfg)
+        if step % t["val_every"] == 0 or step == t["steps"]:
+            validate(model, cfg, dataset, step)
+    del batches
+
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    vm_peak = "?"
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    vm_peak = int(line.split()[1]) >> 10
+    except OSError:
+        pass
+    print(f"training finished at step {t['steps']}: peak address space {vm_peak} MiB, peak RSS {peak_rss} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
