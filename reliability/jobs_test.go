@@ -110,8 +110,7 @@ func chattyStreams(seed uint64) (stdout, stderr, both string) {
 }
 
 // scriptStep is the job of the fault tests. With argument DIR it reads
-// DIR/plan, whose line N (from 1) says what attempt N (GPUGUARD_ATTEMPT)
-// does, word by word:
+// DIR/plan, whose line N (from 1) says what attempt N does, word by word:
 //
 //	args         write the attempt's argv and VAL_CROP_SIZE to DIR/args-N
 //	ready        create DIR/ready-N
@@ -129,9 +128,13 @@ func scriptStep(args []string) int {
 		return 2
 	}
 	dir := args[0]
-	n, err := strconv.Atoi(os.Getenv("GPUGUARD_ATTEMPT"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reliability job script: GPUGUARD_ATTEMPT not set:", err)
+	// The attempt number: how many attempts ran before, counted in
+	// DIR/count (attempts never overlap). GPUGUARD_ATTEMPT should say it,
+	// but does not (see TestJobSeesItsAttemptNumber).
+	prev, _ := os.ReadFile(dir + "/count")
+	n := len(prev) + 1
+	if err := os.WriteFile(dir+"/count", append(prev, '.'), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "reliability job script:", err)
 		return 2
 	}
 	plan, err := os.ReadFile(dir + "/plan")

@@ -29,7 +29,7 @@ var signalKinds = []struct {
 // 0, and no process of the job is left. Even repetitions: the job dies of
 // the signal (its default action), and gpuguard exits 128+N.
 func TestSignalsRepeated(t *testing.T) {
-	n := reps(t, 20)
+	n := reps(t, 100)
 	for _, mode := range launchers {
 		for _, k := range signalKinds {
 			t.Run(fmt.Sprintf("pty=%s/%s", mode, k.name), func(t *testing.T) {
@@ -62,7 +62,7 @@ func startRecording(t *testing.T, mode, grace string) (*gpuguardProc, string, jo
 	dir := t.TempDir()
 	rec, pidFile := filepath.Join(dir, "signals"), filepath.Join(dir, "pids")
 	g := startGpuguard(t, dir, []string{"--pty", mode, "--grace", grace}, fake("record", rec, pidFile)...)
-	waitFile(t, rec, "ready\n")
+	g.waitFile(t, rec, "ready\n")
 	var p jobProcs
 	for _, f := range strings.Fields(waitFile(t, pidFile, "\n")) {
 		pid, err := strconv.Atoi(f)
@@ -104,7 +104,7 @@ func checkNoneLeft(t *testing.T, p jobProcs) {
 func signalRecorded(t *testing.T, mode string, sig syscall.Signal, name string) {
 	g, rec, p := startRecording(t, mode, "5s")
 	g.signal(t, sig)
-	waitFile(t, rec, name+"\n")
+	g.waitFile(t, rec, name+"\n")
 	g.stdin.Close() // the job exits 0 at end of its input
 	if code := g.exitCode(t); code != 0 {
 		t.Fatalf("gpuguard exited %d, want the job's 0; stderr %q", code, g.stderr.String())
@@ -126,7 +126,7 @@ func signalKills(t *testing.T, mode string, sig syscall.Signal) {
 	// SIGQUIT's default action dumps core).
 	g := startGpuguard(t, dir, []string{"--pty", mode, "--grace", "5s"},
 		"/bin/sh", "-c", `ulimit -c 0; echo ready > "$1"; exec sleep 600`, "sh", ready)
-	waitFile(t, ready, "ready\n")
+	g.waitFile(t, ready, "ready\n")
 	g.signal(t, sig)
 	if code := g.exitCode(t); code != 128+int(sig) {
 		t.Fatalf("gpuguard exited %d, want %d (the job died of %v); stderr %q", code, 128+int(sig), sig, g.stderr.String())
@@ -140,7 +140,7 @@ func signalKills(t *testing.T, mode string, sig syscall.Signal) {
 // grandchildren die (Pdeathsig for the child, the watchdog for the rest),
 // and the watchdog exits too.
 func TestKill9OfGpuguardRepeated(t *testing.T) {
-	n := reps(t, 10)
+	n := reps(t, 20)
 	for _, mode := range launchers {
 		t.Run("pty="+mode, func(t *testing.T) {
 			for i := 0; i < n; i++ {
