@@ -357,8 +357,12 @@ func (l *loop) requeueAtEnd(code int) {
 	ev["command"], ev["result"], ev["output"] = res.command, res.result, res.output
 	switch res.result {
 	case "requeued":
-		s.status.Printf("requeued Slurm job %s after %s (%s): it continues from %s with %s",
-			s.requeueID, name, res.command, displayPath(s.rd.Path(), l.wd), describeValues(l.state.Policies.Values))
+		with := ""
+		if vals := describeValues(l.state.Policies.Values); vals != "" {
+			with = " with " + vals
+		}
+		s.status.Printf("requeued Slurm job %s after %s (%s): it continues from %s%s",
+			s.requeueID, name, res.command, displayPath(s.rd.Path(), l.wd), with)
 	case "already":
 		s.status.Printf("Slurm job %s was already requeued (by Slurm, or by the job itself): %s", s.requeueID, res.output)
 	default:
