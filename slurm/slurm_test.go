@@ -11,6 +11,7 @@ package slurm_test
 // the tests skip, saying why. Environment:
 //
 //	GPUGUARD_SLURM=off        skip these tests
+//	GPUGUARD_SLURM=require    fail, not skip, when they cannot run (CI; -short still skips)
 //	GPUGUARD_SLURM_CONF=FILE  use the running test cluster of this slurm.conf
 //	                          instead of starting one (it must run jobs as root
 //	                          and have a free CPU or two; never a production
@@ -76,6 +77,10 @@ func mainTest(m *testing.M) (code int) {
 		if startCode != 0 {
 			return startCode
 		}
+	}
+	if cl.skip != "" && os.Getenv("GPUGUARD_SLURM") == "require" && !testing.Short() {
+		fmt.Fprintf(os.Stderr, "GPUGUARD_SLURM=require, but the Slurm tests cannot run: %s\n", cl.skip)
+		return 1
 	}
 	if cl.skip == "" {
 		dir, err := os.MkdirTemp("", "gg-slurm-bin-")
