@@ -404,9 +404,8 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	// on printing steps, and must not be stopped.
 	var stepsSince atomic.Int64
 	var epoch int64 = -1
-	// Lines are numbered per stream (stdout and stderr are split apart under
-	// pipes), so each journalled line says which stream it counts in. Set and
-	// read on the scanner goroutine only.
+	// The stream of the line being scanned, journalled with each phase and
+	// failure. Set and read on the scanner goroutine only.
 	stream := "stdout"
 	cls, err := probes.NewClassifier(probes.ClassifierOptions{
 		PhasePatterns: patterns,
@@ -611,8 +610,12 @@ func (l *loop) latestCheckpoint() string {
 	var old *probes.Checkpoint
 	for {
 		best, ok := l.ckpts.Latest()
-		if ok && !l.ofThisRun(best) {
-			old, ok = &best, false
+		if ok {
+			if _, err := os.Stat(best.Path); err != nil {
+				ok = false // deleted since the watcher saw it complete
+			} else if !l.ofThisRun(best) {
+				old, ok = &best, false
+			}
 		}
 		all, err := probes.ScanCheckpoints(l.wd, l.spec.CheckpointSpec, time.Now())
 		if err != nil {

@@ -23,7 +23,7 @@ import (
 // attempt, so that gpuguard (and its watchdog, should gpuguard die) can find
 // every process the job started, even after they left its process group and
 // session. Programs must not rely on its value.
-const MarkerVar = "GPUGUARD_ATTEMPT"
+const MarkerVar = "GPUGUARD_ATTEMPT_TOKEN"
 
 // procInfo is one process as /proc/<pid>/stat shows it.
 type procInfo struct {
