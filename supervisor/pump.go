@@ -340,13 +340,63 @@ type reader struct {
 	log      io.Writer // may be nil
 	q        *scanQueue
 	logger   *zap.Logger
-	deadline atomic.Int64 // unix nanoseconds; 0: none
+	deadline drainDeadline
 }
 
-// pollInterval bounds how late the reader notices the drain deadline.
+// drainDeadline is the time after which a reader stops waiting for more
+// output, set by the attempt once the job's process tree is gone. Until it
+// is set, the reader waits in poll(2) without a timeout, beside an eventfd
+// that Store signals: a quiet job costs no wake-ups at all. Where no
+// eventfd can be had, the reader looks at the deadline every pollInterval.
+type drainDeadline struct {
+	ns   atomic.Int64 // unix nanoseconds; 0: none
+	mu   sync.Mutex
+	wake int  // the eventfd, while open
+	open bool // wake is open
+}
+
+// Store sets the deadline (unix nanoseconds) and wakes the reader.
+func (d *drainDeadline) Store(ns int64) {
+	d.ns.Store(ns)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open {
+		_, _ = unix.Write(d.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // eventfd: add 1
+	}
+}
+
+// Load returns the deadline, 0 when none is set.
+func (d *drainDeadline) Load() int64 { return d.ns.Load() }
+
+// openWake creates the eventfd that Store signals; it returns -1 when none
+// could be created.
+func (d *drainDeadline) openWake() int {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1
+	}
+	d.mu.Lock()
+	d.wake, d.open = fd, true
+	d.mu.Unlock()
+	return fd
+}
+
+func (d *drainDeadline) closeWake() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open {
+		unix.Close(d.wake)
+		d.open = false
+	}
+}
+
+// pollInterval bounds how late the reader notices the drain deadline when it
+// has no eventfd to be woken by.
 const pollInterval = 100 // milliseconds
 
 func (r *reader) run() {
+	wake := r.deadline.openWake()
+	defer r.deadline.closeWake()
 	buf := make([]byte, readBufSize)
 	outOK, logOK := r.out != nil, r.log != nil
 	rc, err := r.src.SyscallConn()
@@ -355,7 +405,7 @@ func (r *reader) run() {
 		return
 	}
 	for {
-		n, err := r.read(rc, buf)
+		n, err := r.read(rc, buf, wake)
 		if n > 0 {
 			p := buf[:n]
 			if outOK {
@@ -389,22 +439,36 @@ func (r *reader) run() {
 }
 
 // read reads once, waiting in poll(2) for data, until the drain deadline.
-func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
+// wake is the deadline's eventfd, or -1.
+func (r *reader) read(rc syscall.RawConn, buf []byte, wake int) (int, error) {
 	var n int
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
 		for {
 			n, rerr = unix.Read(int(fd), buf)
 			switch rerr {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
-				if d := r.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
-					n, rerr = 0, os.ErrDeadlineExceeded
-					return true
+				d := r.deadline.Load()
+				switch {
+				case d == 0 && wake >= 0:
+					// Until the deadline is set: wait for output or
+					// for Store's wake-up, however long.
+					_, _ = unix.Poll(fds, -1)
+				case d == 0:
+					_, _ = unix.Poll(fds[:1], pollInterval)
+				default:
+					left := time.Duration(d - time.Now().UnixNano())
+					if left <= 0 {
+						n, rerr = 0, os.ErrDeadlineExceeded
+						return true
+					}
+					// The eventfd stays readable once signalled: from
+					// now on, wait for output or the deadline only.
+					_, _ = unix.Poll(fds[:1], int(left/time.Millisecond)+1)
 				}
-				_, _ = unix.Poll(fds, pollInterval)
 				continue
 			}
 			if n < 0 {

@@ -2,7 +2,12 @@ package supervisor
 
 import (
 	"bytes"
+	"os"
+	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/lines"
 )
@@ -82,5 +87,60 @@ func TestScanQueueBoundsItsBuffers(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per chunk in steady state, want 0", allocs)
+	}
+}
+
+// readerOut is a writer the test can read while a reader writes to it.
+type readerOut struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	got chan struct{} // receives after each write
+}
+
+func (b *readerOut) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	select {
+	case b.got <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// A reader whose stream stays open (a process outside the job holds it)
+// waits without a timeout until the drain deadline is set, then stops at
+// that deadline. Store must wake it: it sleeps in poll(2) with no timeout.
+func TestReaderStopsAtDrainDeadline(t *testing.T) {
+	for _, setFirst := range []bool{false, true} {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &readerOut{got: make(chan struct{}, 1)}
+		r := &reader{stream: 1, src: pr, out: out, logger: zap.NewNop()}
+		if setFirst { // drain came before the reader started
+			r.deadline.Store(time.Now().UnixNano())
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); r.run() }()
+		if !setFirst {
+			if _, err := pw.Write([]byte("hello\n")); err != nil {
+				t.Fatal(err)
+			}
+			<-out.got // the reader is back to waiting
+			r.deadline.Store(time.Now().Add(50 * time.Millisecond).UnixNano())
+		}
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("setFirst=%v: the reader did not stop at the drain deadline (the write side is still open)", setFirst)
+		}
+		if got := out.buf.String(); !setFirst && got != "hello\n" {
+			t.Errorf("the reader passed on %q, want %q", got, "hello\n")
+		}
+		r.deadline.closeWake()
+		pw.Close()
+		pr.Close()
 	}
 }
