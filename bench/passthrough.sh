@@ -17,9 +17,13 @@
 # sampler on (host memory only where there is no GPU). MiB/s counts chatty's
 # bytes (before the pty's "\r"s) over the wall-clock time of the whole
 # command, start-up included. The script prints each run's throughput, the
-# median of the per-round ratios gpuguard/baseline (target >= 0.95), and
+# median of the per-round ratios gpuguard/baseline (target >= 0.95),
 # gpuguard's peak RSS and CPU time as it measures itself (getrusage, in the
-# run_end event of events.jsonl; target <= 30 MiB).
+# run_end event of events.jsonl; target <= 30 MiB), and the CPU time of the
+# whole pipeline (job and relay, from time(1)) under gpuguard over that
+# under the baseline: on a busy machine, where the wall-clock ratio mostly
+# measures the wait for a core, this is the figure that says what gpuguard
+# costs.
 #
 # Correctness, checked every time (exit status 1 on any mismatch):
 #   - before the timed rounds, one run of each side of each mode writes the
@@ -64,22 +68,24 @@ same() {
   fi
 }
 
-# baseline MODE DEST: the plain relay, output to DEST.
+# baseline MODE DEST TIMES: the plain relay, output to DEST; CPU seconds of
+# the relay and the job together to TIMES.
 baseline() {
   if [ "$1" = pty ]; then
-    script -qc "$chatty -mb $MB" /dev/null </dev/null >"$2"
+    /usr/bin/time -f '%U %S' -o "$3" script -qc "$chatty -mb $MB" /dev/null </dev/null >"$2"
   else
-    "$chatty" -mb "$MB" </dev/null | cat >"$2"
+    /usr/bin/time -f '%U %S' -o "$3" sh -c '"$1" -mb "$2" | cat' sh "$chatty" "$MB" </dev/null >"$2"
   fi
 }
 
-# guarded MODE RUN DEST: chatty under gpuguard, run directory $out/RUN,
-# output to DEST.
+# guarded MODE RUN DEST TIMES: chatty under gpuguard, run directory
+# $out/RUN, output to DEST; CPU seconds of gpuguard and the job together to
+# TIMES.
 guarded() {
   local flag=always
   [ "$1" = pipe ] && flag=never
   local rc=0
-  "$out/gpuguard" run --pty "$flag" --run-dir "$out/$2" -- "$chatty" -mb "$MB" \
+  /usr/bin/time -f '%U %S' -o "$4" "$out/gpuguard" run --pty "$flag" --run-dir "$out/$2" -- "$chatty" -mb "$MB" \
     </dev/null >"$3" 2>"$out/$2.stderr" || rc=$?
   [ "$rc" = 0 ] || fail "gpuguard exited $rc in $out/$2 (see $out/$2.stderr)"
 }
@@ -100,21 +106,21 @@ for mode in $MODES; do
   esac
 
   # Untimed: the passed-through streams, byte for byte.
-  baseline "$mode" "$out/$mode-check.$base"
+  baseline "$mode" "$out/$mode-check.$base" /dev/null
   same "$mode" "$out/$mode-check.$base" "$base's passed-through stream"
-  guarded "$mode" "$mode-check" "$out/$mode-check.stdout"
+  guarded "$mode" "$mode-check" "$out/$mode-check.stdout" /dev/null
   same "$mode" "$out/$mode-check.stdout" "gpuguard's passed-through stream (--pty $mode)"
   same "$mode" "$out/$mode-check/output.log" "gpuguard's output.log (--pty $mode)"
   rm -f "$out/$mode-check.$base" "$out/$mode-check.stdout" "$out/$mode-check/output.log"
   echo "$mode: passed-through stream and output.log equal chatty's output, byte for byte"
 
-  base_mbs=() guard_mbs=() ratios=() rss=() cpu=()
+  base_mbs=() guard_mbs=() ratios=() rss=() cpu=() cpuratios=()
   for i in $(seq 1 "$ROUNDS"); do
     run=$mode-$i
     l=$(load)
     for side in $(if (( i % 2 )); then echo base guard; else echo guard base; fi); do
       t0=$(now)
-      if [ "$side" = base ]; then baseline "$mode" /dev/null; else guarded "$mode" "$run" /dev/null; fi
+      if [ "$side" = base ]; then baseline "$mode" /dev/null "$out/$run.base.time"; else guarded "$mode" "$run" /dev/null "$out/$run.guard.time"; fi
       t1=$(now)
       if [ "$side" = base ]; then b=$(mibs "$t0" "$t1"); else g=$(mibs "$t0" "$t1"); fi
     done
@@ -124,12 +130,15 @@ for mode in $MODES; do
     kb=$(field "$run" run_end peak_rss_kb)
     c=$(awk -v u="$(field "$run" run_end cpu_user_s)" -v s="$(field "$run" run_end cpu_sys_s)" 'BEGIN { printf "%.2f", u + s }')
     dropped=$(field "$run" attempt_end dropped_scan_bytes)
-    printf '%s round %d: %-6s %7s MiB/s  gpuguard %7s MiB/s  ratio %s  gpuguard peak RSS %5.1f MiB, CPU %5s s, scan dropped %s B  (load %s)\n' \
-      "$mode" "$i" "$base" "$b" "$g" "$r" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$c" "${dropped:-?}" "$l"
-    base_mbs+=("$b") guard_mbs+=("$g") ratios+=("$r") rss+=("$kb") cpu+=("$c")
+    # CPU of the whole pipeline (relay + job), which the machine's load
+    # does not change much: gpuguard's over the baseline's.
+    cr=$(cat "$out/$run.guard.time" "$out/$run.base.time" | awk 'NR == 1 { g = $1 + $2 } NR == 2 { b = $1 + $2 } END { printf "%.2f", g / b }')
+    printf '%s round %d: %-6s %7s MiB/s  gpuguard %7s MiB/s  ratio %s  gpuguard peak RSS %5.1f MiB, CPU %5s s (whole pipeline: %sx %s'"'"'s), scan dropped %s B  (load %s)\n' \
+      "$mode" "$i" "$base" "$b" "$g" "$r" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$c" "$cr" "$base" "${dropped:-?}" "$l"
+    base_mbs+=("$b") guard_mbs+=("$g") ratios+=("$r") rss+=("$kb") cpu+=("$c") cpuratios+=("$cr")
   done
   maxrss=$(printf '%s\n' "${rss[@]}" | sort -n | tail -1)
   echo "$mode median: $base $(median "${base_mbs[@]}") MiB/s, gpuguard $(median "${guard_mbs[@]}") MiB/s," \
     "ratio $(median "${ratios[@]}") (target >= 0.95); gpuguard peak RSS $(awk -v k="$maxrss" 'BEGIN { printf "%.1f", k / 1024 }') MiB" \
-    "(largest of $ROUNDS runs; target <= 30 MiB), CPU $(median "${cpu[@]}") s per run (median)  (load $(load))"
+    "(largest of $ROUNDS runs; target <= 30 MiB), CPU $(median "${cpu[@]}") s per run (median), whole pipeline $(median "${cpuratios[@]}")x $base's CPU (median)  (load $(load))"
 done
