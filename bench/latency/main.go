@@ -206,26 +206,9 @@ func bench() int {
 	for _, mode := range []string{"never", "always"} {
 		var all []time.Duration
 		for r := 0; r < *runs; r++ {
-			dir, err := prepare(base, *k)
+			l, err := measure(self, base, pol, mode, *k)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "latency:", err)
-				return 1
-			}
-			cmd := exec.Command(self, "-gpuguard", "--pty", mode, "--policy", pol, "--run-dir", filepath.Join(dir, "rundir"), "--",
-				self, "-job", dir, "--batch-size", "1048576")
-			cmd.Dir = dir
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "latency: gpuguard --pty %s: %v\n%s", mode, err, out)
-				return 1
-			}
-			l, err := latencies(dir)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "latency:", err)
-				return 1
-			}
-			if len(l) != *k {
-				fmt.Fprintf(os.Stderr, "latency: gpuguard --pty %s relaunched %d times, want %d:\n%s", mode, len(l), *k, out)
 				return 1
 			}
 			all = append(all, l...)
@@ -235,6 +218,31 @@ func bench() int {
 	}
 	fmt.Printf("load average: %s\n", loadavg())
 	return 0
+}
+
+// measure runs gpuguard (self in its -gpuguard role) once, with the
+// policy file pol and --pty mode, on a job that dies of OOM k times, and
+// returns the k relaunch latencies.
+func measure(self, base, pol, mode string, k int) ([]time.Duration, error) {
+	dir, err := prepare(base, k)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-gpuguard", "--pty", mode, "--policy", pol, "--run-dir", filepath.Join(dir, "rundir"), "--",
+		self, "-job", dir, "--batch-size", "1048576")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("gpuguard --pty %s: %v\n%s", mode, err, out)
+	}
+	l, err := latencies(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(l) != k {
+		return nil, fmt.Errorf("gpuguard --pty %s relaunched %d times, want %d:\n%s", mode, len(l), k, out)
+	}
+	return l, nil
 }
 
 func verdict(d time.Duration) string {
