@@ -17,9 +17,9 @@
 // The package has no code of its own: everything is in its tests. The test
 // binary plays every program the tests need (see TestMain): gpuguard
 // itself (supervisor.Run, as main.go calls it), its watchdog, the fake
-// trainer of supervisor/supervisortest, and the jobs below.
+// trainer of supervisor/supervisortest, and the jobs of jobs_test.go.
 //
-//	go test ./reliability                 # the whole suite (about two minutes on 2 cores)
-//	go test -short ./reliability          # a tenth of the repetitions
-//	RELIABILITY_SCALE=3 go test ./reliability   # three times the repetitions
+//	go test ./reliability                      # a quarter of the counts (about 70 s on 2 busy cores)
+//	go test -short ./reliability               # a fortieth
+//	RELIABILITY_SCALE=1 go test -timeout 20m ./reliability   # the full counts (about 7 minutes)
 package reliability

@@ -159,11 +159,20 @@ func TestFullRunDirectory(t *testing.T) {
 				t.Errorf("stdout: %d bytes, want the job's %d", len(got), want.Len())
 			}
 			stderr := g.stderr.String()
+			t.Logf("gpuguard's stderr: %q", stderr)
 			if !strings.Contains(stderr, "no space left on device") || !strings.Contains(stderr, supervisor.OutputLogName) {
 				t.Errorf("gpuguard does not say it could not write %s: %q", supervisor.OutputLogName, stderr)
 			}
 			if strings.Contains(stderr, "panic") {
 				t.Errorf("stderr: %q", stderr)
+			}
+			// The job printed nothing on stderr: every line there is
+			// gpuguard's, and gpuguard's lines are "gpuguard: ..." (Status).
+			for _, l := range strings.SplitAfter(stderr, "\n") {
+				if l != "" && !strings.HasPrefix(l, "gpuguard: ") {
+					t.Errorf("gpuguard wrote a line without its prefix on the job's stderr (zap's ErrorOutput, see docs/reliability.md): %q", l)
+					break
+				}
 			}
 		})
 	}
