@@ -123,17 +123,17 @@ func TestTrainBatchTooLargeOOM(t *testing.T) {
 	}
 }
 
-// TestWorkersKilledByKernel: four DataLoader workers, each warming a 192 MiB
-// cache, exceed the memory cgroup's limit; the kernel's OOM killer kills one
-// (the workers raise their oom_score_adj) and the DataLoader reports it. Two
-// workers fit under the same limit.
+// TestWorkersKilledByKernel: four DataLoader workers fit through the warm-up
+// at 32 pixels; at 96 pixels the loader is rebuilt and each new worker caches
+// 1800 crops (190 MiB), which exceeds the memory cgroup's limit. The kernel's
+// OOM killer kills a worker (the workers raise their oom_score_adj) and the
+// DataLoader reports it. Two workers fit under the same limit.
 func TestWorkersKilledByKernel(t *testing.T) {
 	needTorch(t)
 	needCgroup(t)
 	env := jobEnv("VAL_CROP_SIZE=64")
-	cache := "data.cache_mb=" + strconv.Itoa(cacheMB)
-
-	r := job(t, env, cgroupWrapper(), t.TempDir(), "--workers", "4", "--set", cache)
+	out := t.TempDir()
+	r := job(t, env, cgroupWrapper(), out, "--workers", "4")
 	if r.code != 1 {
 		t.Fatalf("want exit 1 (Python's uncaught RuntimeError):\n%s", dump(r))
 	}
@@ -145,7 +145,14 @@ func TestWorkersKilledByKernel(t *testing.T) {
 		t.Errorf("memlimit.sh does not report the cgroup's OOM kill:\n%s", dump(r))
 	}
 
-	r = job(t, env, cgroupWrapper(), t.TempDir(), "--workers", "2", "--set", cache)
+	if tr := trained(t, r.stdout); !reflect.DeepEqual(tr.order, stepsRange(1, 4)) {
+		t.Errorf("trained steps %v, want 1..4 (the stage at 96 pixels starts new workers with bigger caches)", tr.order)
+	}
+	if _, err := os.Stat(filepath.Join(out, "step_4.pt")); err != nil {
+		t.Errorf("the checkpoint of step 4 is missing: %v", err)
+	}
+
+	r = job(t, env, cgroupWrapper(), t.TempDir(), "--workers", "2")
 	if r.code != 0 {
 		t.Fatalf("two workers did not fit under the limit:\n%s", dump(r))
 	}

@@ -13,8 +13,9 @@ memory for real, the way real jobs do:
     can't allocate memory", during validation;
   * a batch that is too large fails the same way in training, at the first
     step after the warm-up at small crops;
-  * DataLoader workers that cache decoded images (data.cache_mb) exceed a
-    memory cgroup's limit when there are too many of them; the kernel kills
+  * DataLoader workers that each cache preprocessed crops in RAM
+    (data.cache_samples) exceed a memory cgroup's limit when there are too
+    many of them, once the crops reach full size after the warm-up; the kernel kills
     one, and the DataLoader reports "DataLoader worker (pid N) is killed by
     signal: Killed."
 
@@ -122,7 +123,7 @@ def load_config(args):
     for section, key, low in ((t, "batch_size", 1), (t, "grad_accum", 1), (t, "workers", 0), (t, "steps", 1),
                               (t, "checkpoint_every", 1), (t, "val_every", 1), (d, "image_size", 8),
                               (d, "train_crop_size", 1), (d, "warmup_crop_size", 1), (d, "val_batch_size", 1),
-                              (d, "train_size", 1), (d, "val_size", 1), (d, "cache_mb", 0)):
+                              (d, "train_size", 1), (d, "val_size", 1), (d, "cache_samples", 0)):
         v = section.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             die(f"config: {key} is {v!r}; it must be a whole number >= {low}")
@@ -143,19 +144,22 @@ def load_config(args):
 class SyntheticImages(Dataset):
     """Images generated from the seed: a class-dependent stripe pattern plus noise.
 
-    Indexes are keys from StepBatches: (image index, crop side, crop y, crop x).
-    The full-resolution image is "decoded" (generated) first, then cropped, as
-    a real dataset decodes a file and crops it. With data.cache_mb > 0 every
-    DataLoader worker fills a cache of decoded images, up to cache_mb MiB, in
-    its own memory when it starts (init_worker), so their total grows with
-    the number of workers. Loading in the main process (workers 0) caches
+    Indexes are keys from StepBatches: (image index, crop side, crop y, crop
+    x); an item is that crop of the image, normalised to float32. Image idx is
+    a window of its class's base field at an offset drawn from (seed, idx), so
+    a crop of it is cut straight from the base.
+
+    With data.cache_samples > 0 every DataLoader worker fills a RAM cache of
+    that many preprocessed training crops at the loader's crop side when it
+    starts (init_worker), as "cache in RAM" options of real loaders do. Each
+    worker holds its own copy, so the memory grows with the number of workers
+    and with the crop side. Loading in the main process (workers 0) caches
     nothing.
     """
 
-    def __init__(self, seed, image_size, classes):
-        self.seed, self.size, self.classes = seed, image_size, classes
-        self.cache_bytes = 0  # set in each DataLoader worker by init_worker
-        self.cache, self.cached_bytes, self.bases = {}, 0, None
+    def __init__(self, seed, image_size, classes, train_size):
+        self.seed, self.size, self.classes, self.train_size = seed, image_size, classes, train_size
+        self.cache, self.bases = {}, None
 
     def __len__(self):
         raise TypeError("SyntheticImages is indexed by StepBatches keys; it has no length")
@@ -165,10 +169,7 @@ class SyntheticImages(Dataset):
 
     def _base(self, label):
         """The class's base field, twice the image side: a stripe pattern that
-        depends on the class plus noise drawn from the seed. An image is a
-        window of it at an offset drawn from (seed, idx); cutting a window is
-        one copy, so decoding costs about as much as touching the image's
-        memory."""
+        depends on the class plus noise drawn from the seed."""
         if self.bases is None:
             s = 2 * self.size
             g = torch.Generator().manual_seed(self.seed)
@@ -183,56 +184,64 @@ class SyntheticImages(Dataset):
                 self.bases.append(torch.stack([chan, chan.flip(0), chan.flip(1)]) + noise)
         return self.bases[label]
 
-    def decode(self, idx):
-        img = self.cache.get(idx)
-        if img is not None:
-            return img
-        rng = random.Random(self.seed * 1_000_003 + idx)
-        dy, dx = rng.randrange(self.size), rng.randrange(self.size)
-        img = self._base(self.label(idx))[:, dy:dy + self.size, dx:dx + self.size].clone()
-        n = img.numel()
-        if self.cached_bytes + n <= self.cache_bytes:
-            self.cache[idx] = img
-            self.cached_bytes += n
-        return img
-
-    def warm(self, worker_id, num_workers):
-        """Fill this loading process's cache before the first batch, as a
-        prefetching loader does: images worker_id, worker_id + num_workers, ...
-        until cache_mb is reached. Its memory is private to the process (a
-        forked worker's own pages), so the total grows with the number of
-        workers. Returns the number of cached bytes."""
-        idx = worker_id
-        size = 3 * self.size * self.size
-        while self.cached_bytes + size <= self.cache_bytes:
-            self.decode(idx)
-            idx += num_workers
-        return self.cached_bytes
+    def warm(self, samples, crop, worker_id):
+        """Fill this process's cache with samples preprocessed crops of side
+        crop, drawn from (seed, worker_id): samples x 3 x crop x crop float32
+        of memory private to the process. Returns the cached bytes."""
+        rng = random.Random(f"{self.seed}:cache:{worker_id}")
+        span = self.size - crop
+        for _ in range(samples):
+            key = (rng.randrange(self.train_size), crop, rng.randint(0, span), rng.randint(0, span))
+            self.cache[key] = self[key]
+        return sum(x.numel() * x.element_size() for x, _ in self.cache.values())
 
     def __getitem__(self, key):
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
         idx, crop, cy, cx = key
-        img = self.decode(idx)[:, cy:cy + crop, cx:cx + crop]
+        rng = random.Random(self.seed * 1_000_003 + idx)
+        dy, dx = rng.randrange(self.size) + cy, rng.randrange(self.size) + cx
+        img = self._base(self.label(idx))[:, dy:dy + crop, dx:dx + crop]
         return (img.to(torch.float32) - 127.5) / 64.0, self.label(idx)
+
+
+def crop_for(cfg, step):
+    """The training crop side at step: warmup_crop_size for the first warmup_steps steps, then train_crop_size."""
+    d = cfg["data"]
+    return d["warmup_crop_size"] if step <= d["warmup_steps"] else d["train_crop_size"]
+
+
+def stages(cfg, first, last):
+    """Split steps first..last into runs of the same crop side: (first, last) pairs.
+
+    Progressive resizing rebuilds the DataLoader at each new resolution, so
+    each stage has its own workers (and their caches at its crop side).
+    """
+    out = []
+    for step in range(first, last + 1):
+        if out and crop_for(cfg, step) == crop_for(cfg, out[-1][1]):
+            out[-1] = (out[-1][0], step)
+        else:
+            out.append((step, step))
+    return out
 
 
 class StepBatches:
     """Batch sampler: the micro-batches of steps first..last, grad_accum per step.
 
-    Batch contents and crops depend only on (seed, step, micro-batch), so a
-    resumed run sees the batches an uninterrupted run would have seen.
+    Batch contents and crops depend only on (seed, step, micro-batch, batch
+    size), so a resumed run sees the batches an uninterrupted run would have
+    seen.
     """
 
     def __init__(self, cfg, first, last):
         self.cfg, self.first, self.last = cfg, first, last
 
-    def crop_for(self, step):
-        d = self.cfg["data"]
-        return d["warmup_crop_size"] if step <= d["warmup_steps"] else d["train_crop_size"]
-
     def __iter__(self):
         d, t = self.cfg["data"], self.cfg["train"]
         for step in range(self.first, self.last + 1):
-            crop = self.crop_for(step)
+            crop = crop_for(self.cfg, step)
             for micro in range(t["grad_accum"]):
                 rng = random.Random(f"{self.cfg['seed']}:{step}:{micro}:{t['batch_size']}")
                 span = d["image_size"] - crop
@@ -243,8 +252,8 @@ class StepBatches:
         return (self.last - self.first + 1) * self.cfg["train"]["grad_accum"]
 
 
-def init_worker(adj, cache_mb, worker_id):
-    """DataLoader worker_init_fn: set the worker's OOM score, then warm its cache of cache_mb MiB.
+def init_worker(adj, samples, crop, worker_id):
+    """DataLoader worker_init_fn: set the worker's OOM score, then warm its cache.
 
     When memory runs out, the kernel kills the task with the highest badness:
     its resident memory plus oom_score_adj (per mille of the memory it may
@@ -257,9 +266,8 @@ def init_worker(adj, cache_mb, worker_id):
     if adj:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write(str(adj))
-    info = torch.utils.data.get_worker_info()
-    info.dataset.cache_bytes = cache_mb << 20
-    info.dataset.warm(info.id, info.num_workers)
+    if samples:
+        torch.utils.data.get_worker_info().dataset.warm(samples, crop, worker_id)
 
 
 def val_batches(cfg):
@@ -385,35 +393,35 @@ def main(argv):
 
     print(f"effective batch {t['batch_size'] * t['grad_accum']} "
           f"(batch_size {t['batch_size']} x grad_accum {t['grad_accum']})")
-    print(f"workers {t['workers']}, cache {d['cache_mb']} MiB per worker, "
+    print(f"workers {t['workers']}, cache {d['cache_samples']} samples per worker, "
           f"val_crop_size {d['val_crop_size'] if d['val_crop_size'] else 'full'}, "
           f"steps {start}..{t['steps']}, output {out_dir}")
 
-    # The main process keeps no cache; each DataLoader worker gets its own (init_worker).
-    dataset = SyntheticImages(cfg["seed"], d["image_size"], cfg["model"]["classes"])
-    sampler = StepBatches(cfg, start, t["steps"])
-    adj = d["worker_oom_score_adj"]
-    loader = DataLoader(dataset, batch_sampler=sampler, num_workers=t["workers"],
-                        worker_init_fn=functools.partial(init_worker, adj, d["cache_mb"]))
-    batches = iter(loader)
-
+    # The main process keeps no cache; each DataLoader worker fills its own (init_worker).
+    dataset = SyntheticImages(cfg["seed"], d["image_size"], cfg["model"]["classes"], d["train_size"])
     print("gpuguard: phase=train")
     model.train()
-    for step in range(start, t["steps"] + 1):
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for _ in range(t["grad_accum"]):
-            x, y = next(batches)
-            loss = F.cross_entropy(model(x), y) / t["grad_accum"]
-            loss.backward()
-            loss_sum += loss.item()
-        opt.step()
-        print(f"step {step}/{t['steps']} loss={loss_sum:.4f} crop={sampler.crop_for(step)}")
-        if step % t["checkpoint_every"] == 0 or step == t["steps"]:
-            save_checkpoint(out_dir, step, model, opt, cfg)
-        if step % t["val_every"] == 0 or step == t["steps"]:
-            validate(model, cfg, dataset, step)
-    del batches
+    for first, last in stages(cfg, start, t["steps"]):
+        crop = crop_for(cfg, first)
+        loader = DataLoader(dataset, batch_sampler=StepBatches(cfg, first, last), num_workers=t["workers"],
+                            worker_init_fn=functools.partial(init_worker, d["worker_oom_score_adj"],
+                                                             d["cache_samples"], crop))
+        batches = iter(loader)
+        for step in range(first, last + 1):
+            opt.zero_grad(set_to_none=True)
+            loss_sum = 0.0
+            for _ in range(t["grad_accum"]):
+                x, y = next(batches)
+                loss = F.cross_entropy(model(x), y) / t["grad_accum"]
+                loss.backward()
+                loss_sum += loss.item()
+            opt.step()
+            print(f"step {step}/{t['steps']} loss={loss_sum:.4f} crop={crop}")
+            if step % t["checkpoint_every"] == 0 or step == t["steps"]:
+                save_checkpoint(out_dir, step, model, opt, cfg)
+            if step % t["val_every"] == 0 or step == t["steps"]:
+                validate(model, cfg, dataset, step)
+        del batches, loader  # the stage's workers exit, and their caches go with them
 
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
     vm_peak = "?"
