@@ -29,12 +29,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -66,14 +68,16 @@ func mainTest(m *testing.M) (code int) {
 	case os.Getenv("GPUGUARD_SLURM") == "off":
 		cl.skip = "GPUGUARD_SLURM=off"
 	default:
-		stop, startCode := startCluster()
-		if stop != nil {
+		stopCluster, startCode := startCluster()
+		if stopCluster != nil {
+			stop := sync.OnceValue(stopCluster)
 			defer func() {
 				// Daemons or job processes left behind fail the run.
 				if err := stop(); err != nil && code == 0 {
 					code = 1
 				}
 			}()
+			stopBeforeDying(stop)
 		}
 		if startCode != 0 {
 			return startCode
@@ -108,6 +112,40 @@ func mainTest(m *testing.M) (code int) {
 		}
 	}
 	return m.Run()
+}
+
+// stopBeforeDying stops the cluster when the test binary is about to die
+// without running TestMain's deferred calls: interrupted (SIGINT, SIGTERM:
+// the cluster is stopped, then the signal ends the binary as it would have),
+// or near its -test.timeout (the panic that ends a binary that ran out of
+// time runs no deferred call, and the daemons would outlive it).
+func stopBeforeDying(stop func() error) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-ch
+		fmt.Fprintf(os.Stderr, "%v: stopping the tests' Slurm cluster first\n", sig)
+		stop()
+		signal.Reset(sig)
+		syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+	}()
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return
+	}
+	// Enough for stop-local-slurm.sh: cancelling the jobs waits up to
+	// KillWait, then the daemons get up to 20 s each.
+	const margin = 75 * time.Second
+	if d, _ := g.Get().(time.Duration); d > 2*margin {
+		time.AfterFunc(d-margin, func() {
+			fmt.Fprintf(os.Stderr, "-test.timeout %s is %s away: stopping the tests' Slurm cluster now, so that it does not outlive the test binary\n", d, margin)
+			stop()
+		})
+	}
 }
 
 // startCluster starts the private cluster (or checks GPUGUARD_SLURM_CONF's)
@@ -306,8 +344,14 @@ func cancel(t *testing.T, id string) {
 	slurmCommand("", "scancel", id).Run()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if info, err := showJob(id); err != nil || ended(info["JobState"]) {
+		info, err := showJob(id)
+		if err != nil || ended(info["JobState"]) {
 			return
+		}
+		if info["JobState"] == "PENDING" {
+			// Requeued by gpuguard on the SIGTERM (slurm.requeue_on):
+			// cancelling a pending job removes it.
+			slurmCommand("", "scancel", id).Run()
 		}
 		time.Sleep(200 * time.Millisecond) // polling Slurm: it has no notification to wait on
 	}
@@ -369,16 +413,13 @@ func waitJob(t *testing.T, id string, within time.Duration, what string, cond fu
 }
 
 // waitEnd waits until the job has ended for good and returns its fields. A
-// requeued job that is pending on its begin time is started at once.
+// requeued job is left to wait its cred_expire+1 s (11 s on the tests'
+// cluster): `scontrol update StartTime=now` would start it sooner, but a run
+// started while the previous run's step daemon is still ending failed at
+// once (JobState=FAILED ExitCode=1:0, RunTime 0) in one of our runs.
 func waitEnd(t *testing.T, id string, within time.Duration) map[string]string {
 	t.Helper()
-	hurried := ""
 	return waitJob(t, id, within, "end", func(info map[string]string) bool {
-		if info["JobState"] == "PENDING" && info["Reason"] == "BeginTime" && hurried != info["Restarts"] {
-			// A requeued job waits cred_expire+1 s; start it now.
-			hurried = info["Restarts"]
-			slurmCommand("", "scontrol", "update", "JobId="+id, "StartTime=now").Run()
-		}
 		return ended(info["JobState"])
 	})
 }

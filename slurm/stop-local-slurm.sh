@@ -104,6 +104,11 @@ if [ -n "$(pids_of slurmctld)" ] && [ -n "$(pids_of slurmd)" ] && [ -r "$CONF" ]
         end=$(( $(date +%s) + ${killwait:-30} + 30 ))
         while [ "$(date +%s)" -lt "$end" ]; do
             [ -z "$(timeout 20 squeue -h -o '%A' 2>/dev/null)" ] && break
+            # a job that requeues itself on SIGTERM (gpuguard with slurm.requeue_on: [SIGTERM])
+            # comes back PENDING: cancel it again, which removes a pending job at once
+            pending=$(timeout 20 squeue -h -t PENDING -o '%A' 2>/dev/null | sort -u | tr '\n' ' ')
+            # shellcheck disable=SC2086
+            [ -n "${pending// /}" ] && timeout 20 scancel $pending 2>/dev/null
             sleep 0.5
         done
         left=$(timeout 20 squeue -h -o '%A %T' 2>/dev/null | tr '\n' ';')
