@@ -304,12 +304,8 @@ func TestCheckpointDirectoryDeletedMidRun(t *testing.T) {
 
 // Every attempt's environment carries GPUGUARD_ATTEMPT, the attempt's
 // number (docs/memory.md; `gpuguard doctor` shows it for each process on a
-// GPU).
-//
-// FAILS as of this writing: supervisor.MarkerVar (proctree.go), the
-// per-attempt token the watchdog finds the job's processes by, has the same
-// name, GPUGUARD_ATTEMPT, and StartAttempt replaces the number with the
-// token. Fix: give MarkerVar a name of its own (GPUGUARD_MARKER).
+// GPU). The suite found it holding the watchdog's marker token instead, the
+// two variables having had the same name.
 func TestJobSeesItsAttemptNumber(t *testing.T) {
 	dir := t.TempDir()
 	g := startGpuguard(t, dir, []string{"--pty", "never"}, fake("printenv", "GPUGUARD_ATTEMPT")...)

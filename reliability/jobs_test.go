@@ -129,8 +129,8 @@ func scriptStep(args []string) int {
 	}
 	dir := args[0]
 	// The attempt number: how many attempts ran before, counted in
-	// DIR/count (attempts never overlap). GPUGUARD_ATTEMPT should say it,
-	// but does not (see TestJobSeesItsAttemptNumber).
+	// DIR/count (attempts never overlap), so that the job does not depend
+	// on GPUGUARD_ATTEMPT, which TestJobSeesItsAttemptNumber checks.
 	prev, _ := os.ReadFile(dir + "/count")
 	n := len(prev) + 1
 	if err := os.WriteFile(dir+"/count", append(prev, '.'), 0o644); err != nil {
