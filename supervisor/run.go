@@ -90,6 +90,7 @@ func Prepare(cfg Config) (*Job, int) {
 		status.Printf("%v", err)
 		return nil, ExitCodeOf(err)
 	}
+	rd.OnWriteError(func(msg string) { status.Printf("%s", msg) })
 	j := &Job{Cfg: cfg, PTY: usePTY, Env: env, RunDir: rd, Status: status, Logger: rd.Logger()}
 	for _, f := range []*os.File{cfg.Stdout, fileOf(cfg.Stderr), cfg.Stdin} {
 		if IsTerminal(f) {

@@ -41,7 +41,52 @@ type RunDir struct {
 
 	mu       sync.Mutex // events
 	eventErr bool
+
+	// warn says, once per file, what could not be written (OnWriteError).
+	warnMu sync.Mutex
+	warn   func(string)
+	warned map[string]bool
 }
+
+// OnWriteError sets where the run directory says, once per file, that it
+// could not write events.jsonl or gpuguard.log (a full or failing file
+// system): the job goes on, and the user must know its record is incomplete.
+// Without it those errors are dropped; they never reach the job's stream.
+func (r *RunDir) OnWriteError(warn func(msg string)) {
+	r.warnMu.Lock()
+	defer r.warnMu.Unlock()
+	r.warn = warn
+}
+
+func (r *RunDir) writeFailed(name string, err error) {
+	r.warnMu.Lock()
+	defer r.warnMu.Unlock()
+	if r.warn == nil || r.warned[name] {
+		return
+	}
+	if r.warned == nil {
+		r.warned = map[string]bool{}
+	}
+	r.warned[name] = true
+	r.warn(fmt.Sprintf("cannot write %s (%v): the run's record is incomplete; the job goes on", filepath.Join(r.path, name), unwrapPath(err)))
+}
+
+// zapErrors receives zap's own errors (a failed write of gpuguard.log),
+// which zap would otherwise print on gpuguard's stderr, unprefixed, in
+// the middle of the job's output.
+type zapErrors struct{ r *RunDir }
+
+func (z zapErrors) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	// "<time> write error: write <path>: <cause>": keep the cause.
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	z.r.writeFailed(GpuguardLog, errors.New(msg))
+	return len(p), nil
+}
+
+func (zapErrors) Sync() error { return nil }
 
 // CreateRunDir creates the directory of a new run: explicit when given
 // (created if missing; an existing one is appended to), otherwise
@@ -142,7 +187,7 @@ func openFiles(p string) (*RunDir, error) {
 	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(r.glog)), zapcore.InfoLevel)
 	// No sampling: every entry of a run's log matters.
-	r.logger = zap.New(core, zap.Fields(zap.Int("gpuguard_pid", os.Getpid())))
+	r.logger = zap.New(core, zap.Fields(zap.Int("gpuguard_pid", os.Getpid())), zap.ErrorOutput(zapErrors{r}))
 	return r, nil
 }
 
@@ -202,6 +247,7 @@ func (r *RunDir) Event(typ string, fields map[string]any) {
 	if _, err := r.events.Write(b.Bytes()); err != nil && !r.eventErr {
 		r.eventErr = true
 		r.logger.Error("writing events.jsonl failed; the run record is incomplete", zap.Error(err))
+		r.writeFailed(EventsName, err)
 	}
 }
 
