@@ -4,6 +4,7 @@
 #
 #   bench/footprint.sh                 # 60 s per job
 #   SECS=600 PTY=always bench/footprint.sh
+#   BUSY_PROCS=500 bench/footprint.sh  # with 500 other processes on the machine
 #
 # Jobs, each run under `gpuguard run --pty $PTY` (default never: pipes, as in
 # a batch job whose output goes to a file):
@@ -19,12 +20,17 @@
 # /usr/bin/time's maximum RSS is printed beside it as a cross-check: it is
 # the largest of gpuguard and the job's processes. Without an NVIDIA driver
 # the sampler reads host memory only (/proc and the cgroup); the script says
-# which it was. Exit status 1 if a run fails or leaves no run_end event.
+# which it was. The number of processes on the machine is printed too:
+# gpuguard looks through /proc for processes that left the job's tree, so
+# its cost grows with it (BUSY_PROCS starts that many idle processes for the
+# benchmark's duration to show how much). Exit status 1 if a run fails or
+# leaves no run_end event.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECS=${SECS:-60}
 PTY=${PTY:-never}
+BUSY_PROCS=${BUSY_PROCS:-0}
 out=bench/out/footprint
 rm -rf "$out"
 mkdir -p "$out"
@@ -38,7 +44,15 @@ field() {
   grep -h "\"type\":\"$2\"" "$out/$1/events.jsonl" | tail -1 | sed -n "s/.*\"$3\":\([0-9.e+-]*\).*/\1/p"
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3); --pty $PTY, $SECS s per job"
+busy=()
+stop_busy() { ((${#busy[@]})) && kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null || true; }
+trap stop_busy EXIT
+for _ in $(seq 1 "$BUSY_PROCS"); do
+  sleep 100000 &
+  busy+=($!)
+done
+
+echo "machine: $(nproc) cores, $(ls /proc | grep -c '^[0-9]') processes running, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | cut -d' ' -f3); --pty $PTY, $SECS s per job"
 
 for job in quiet chatty; do
   for sampling in default 10hz; do
