@@ -29,10 +29,11 @@ const python = "/usr/bin/python3"
 // Limits. docs/e2e.md explains them and has the measurements behind them.
 const (
 	// asHeadroom is added to the address space the job has after its imports
-	// (measured by asBaseline) to give its RLIMIT_AS. Measured over that
-	// baseline with --workers 0: batch 32 at the 96-pixel crops +163 MiB,
-	// after a resume +214 MiB, batch 128 +348 MiB; batch 256 needs +580 MiB
-	// and validation at full resolution +738 MiB.
+	// (measured by asLimit, 622 MiB here) to give its RLIMIT_AS. Measured peaks
+	// over that baseline with --workers 0 and VAL_CROP_SIZE=64: batch 32
+	// +161 MiB, the same resumed from step 4 +214 MiB, batch 128 +334 MiB;
+	// batch 256 needs +613 MiB and batch 32 validating at full resolution
+	// +775 MiB.
 	asHeadroom = 460 << 20
 	// cgroupLimit is the memory cgroup's limit for the DataLoader-worker
 	// scenario (each worker caches 1800 crops, 190 MiB at 96 pixels): measured
@@ -280,6 +281,7 @@ var (
 	startRe   = regexp.MustCompile(`^effective batch \d+ `)
 	phaseRe   = regexp.MustCompile(`(?m)^gpuguard: phase=(\w+)$`)
 	allocRe   = regexp.MustCompile(`DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes`)
+	oomKillRe = regexp.MustCompile(`(?m)^memlimit: cgroup .*, oom_kill [1-9]`)
 	workerRe  = regexp.MustCompile(`DataLoader worker \(pid (\d+)\) is killed by signal: Killed\.`)
 )
 

@@ -15,9 +15,9 @@ memory for real, the way real jobs do:
     step after the warm-up at small crops;
   * DataLoader workers that each cache preprocessed crops in RAM
     (data.cache_samples) exceed a memory cgroup's limit when there are too
-    many of them, once the crops reach full size after the warm-up; the kernel kills
-    one, and the DataLoader reports "DataLoader worker (pid N) is killed by
-    signal: Killed."
+    many of them, once the loader is rebuilt for the full training crops
+    after the warm-up; the kernel kills one, and the DataLoader reports
+    "DataLoader worker (pid N) is killed by signal: Killed."
 
 Output contract (tests and gpuguard read these lines):
   effective batch E (batch_size B x grad_accum A)
