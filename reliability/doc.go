@@ -19,7 +19,7 @@
 // itself (supervisor.Run, as main.go calls it), its watchdog, the fake
 // trainer of supervisor/supervisortest, and the jobs of jobs_test.go.
 //
-//	go test ./reliability                      # a quarter of the counts (about 70 s on 2 busy cores)
-//	go test -short ./reliability               # a fortieth
+//	go test ./reliability                      # a quarter of the counts (about 85 s on 2 busy cores)
+//	go test -short ./reliability               # a fortieth (about 20 s)
 //	RELIABILITY_SCALE=1 go test -timeout 20m ./reliability   # the full counts (about 7 minutes)
 package reliability
