@@ -234,6 +234,7 @@ type scanStream struct {
 	mute     bool // feeding the newlines of a gap
 	skipNext bool // the next line began inside a gap
 	count    *int64
+	other    *scanStream // the other pipe's stream
 }
 
 func newScanStream(stream int, scan func(int, lines.Line), count *int64) *scanStream {
@@ -251,6 +252,12 @@ func (s *scanStream) emit(l lines.Line) {
 		return
 	}
 	*s.count++
+	// Each splitter numbers its own stream's lines; the scanner's line
+	// numbers count both pipes' lines in the order they reached it, as
+	// output.log holds them. (Under a pty the other stream stays empty.)
+	if s.other != nil {
+		l.Num += s.other.split.LineNum() - 1
+	}
 	s.scan(s.stream, l)
 }
 
@@ -285,6 +292,7 @@ const scanLinger = 10 * time.Millisecond
 func runScanner(q *scanQueue, scan func(int, lines.Line)) int64 {
 	var n int64
 	streams := [3]*scanStream{nil, newScanStream(1, scan, &n), newScanStream(2, scan, &n)}
+	streams[1].other, streams[2].other = streams[2], streams[1]
 	var batch []chunk
 	for {
 		var ok bool
