@@ -64,6 +64,7 @@ type Classifier struct {
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
 	num  int      // number of the line being read
+	rank int      // rank prefix of the line being read, -1 when none
 
 	// phases
 	phase        Phase
@@ -218,6 +219,7 @@ func (c *Classifier) Line(l lines.Line) {
 		c.pend = pendingMsg{} // a progress frame does not continue a message
 	}
 	rank, rest := splitPrefixes(l.Text)
+	c.rank = rank
 	c.m.scan(rest, &c.hits)
 	if c.hits.has(kwOctalCR) || c.hits.has(kwOctalEsc) {
 		c.octalFrames(rest, rank, l.Text)
@@ -379,7 +381,7 @@ func (c *Classifier) applyPhase(r *phaseHit) {
 				c.valEpoch = r.epoch
 			}
 		}
-		c.emit(Event{Type: EventPhase, Line: c.num, Phase: p})
+		c.emit(Event{Type: EventPhase, Line: c.num, Rank: c.rank, Phase: p})
 	}
 	if p == PhaseVal && r.done {
 		c.valDone = true
@@ -397,7 +399,7 @@ func (c *Classifier) applyPhase(r *phaseHit) {
 	}
 	if (r.step >= 0 || r.epoch >= 0) && (c.step != c.evStep || c.epoch != c.evEpoch) && p == PhaseTrain {
 		c.evStep, c.evEpoch = c.step, c.epoch
-		c.emit(Event{Type: EventStep, Line: c.num, Step: c.step, Epoch: c.epoch})
+		c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: c.step, Epoch: c.epoch})
 	}
 	// Progress: the position of this line in training.
 	pos := progress{epoch: r.epoch, step: r.step}
@@ -414,7 +416,9 @@ func (c *Classifier) applyPhase(r *phaseHit) {
 				f.epoch = r.epoch
 			}
 		}
-		if (pos.step >= 0 || pos.epoch >= 0) && !r.nan {
+		// Another rank's progress does not show that the failing rank
+		// went on: it may print steps it took before it hung.
+		if (pos.step >= 0 || pos.epoch >= 0) && !r.nan && (f.rank < 0 || c.rank < 0 || f.rank == c.rank) {
 			c.tick(f, pos)
 		}
 	}
@@ -512,7 +516,7 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 		// keeps it unless training continues after it.
 		return
 	}
-	c.emit(Event{Type: EventFailure, Line: c.num, Kind: nf.kind, Text: nf.text})
+	c.emit(Event{Type: EventFailure, Line: c.num, Rank: nf.rank, Kind: nf.kind, Text: nf.text})
 }
 
 // merge folds a later line of the same report into the current failure:

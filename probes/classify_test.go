@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"syscall"
@@ -620,6 +621,32 @@ func TestExit(t *testing.T) {
 	})
 }
 
+// Events name the rank of their line: the supervisor's OOM grace counts
+// only the failing rank's steps.
+func TestEventRanks(t *testing.T) {
+	var evs []Event
+	log := "[rank1]: Epoch 0:  10%|#| 10/100\n[rank0]: Epoch 0:  20%|#| 20/100\n[rank1]: " + modernOOM + "\n[rank0]: Epoch 0:  30%|#| 30/100\n"
+	c, err := NewClassifier(ClassifierOptions{OnEvent: func(e Event) { evs = append(evs, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := lines.New(0, c.Line)
+	s.Write([]byte(log))
+	s.Flush()
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%d:%d", e.Type, e.Rank))
+	}
+	want := "[1:1 2:1 2:0 3:1 2:0]" // phase, steps 10 (rank 1), 20 (rank 0), the OOM (rank 1), step 30 (rank 0)
+	if fmt.Sprint(got) != want {
+		t.Errorf("events (type:rank) %v, want %s", got, want)
+	}
+	// Rank 0's steps after rank 1's OOM are not rank 1 training on.
+	if v := c.Verdict(); v.Kind != KindGPUOOM || v.Rank == nil || *v.Rank != 1 {
+		t.Errorf("verdict %s rank %v, want gpu_oom on rank 1", v.Kind, v.Rank)
+	}
+}
+
 func TestEvents(t *testing.T) {
 	var evs []Event
 	log := "Epoch 0:  10%|#| 10/100\nEpoch 0:  10%|#| 10/100\nValidation DataLoader 0: 5%|#| 1/20\n" + modernOOM + "\n"
@@ -631,10 +658,10 @@ func TestEvents(t *testing.T) {
 	s.Write([]byte(log))
 	s.Flush()
 	want := []Event{
-		{Type: EventPhase, Line: 1, Phase: PhaseTrain},
-		{Type: EventStep, Line: 1, Step: 10, Epoch: 0},
-		{Type: EventPhase, Line: 3, Phase: PhaseVal},
-		{Type: EventFailure, Line: 4, Kind: KindGPUOOM},
+		{Type: EventPhase, Line: 1, Rank: -1, Phase: PhaseTrain},
+		{Type: EventStep, Line: 1, Rank: -1, Step: 10, Epoch: 0},
+		{Type: EventPhase, Line: 3, Rank: -1, Phase: PhaseVal},
+		{Type: EventFailure, Line: 4, Rank: -1, Kind: KindGPUOOM},
 	}
 	if len(evs) != len(want) {
 		t.Fatalf("events %+v, want %+v", evs, want)

@@ -100,6 +100,7 @@ type Exit struct {
 type Event struct {
 	Type  EventType
 	Line  int
+	Rank  int    // the rank the line names (for a failure: the failing rank), -1 when none
 	Phase Phase  // for EventPhase
 	Step  int64  // for EventStep
 	Epoch int64  // for EventStep, when printed (-1 otherwise)

@@ -39,17 +39,17 @@ const TimelineFile = "timeline.csv"
 
 // runState is the content of state.json.
 type runState struct {
-	Version    int          `json:"version"`
-	Argv       []string     `json:"argv"`   // the user's command
-	Policy     string       `json:"policy"` // the policy file it ran with ("" for none)
-	Attempt    int          `json:"attempt"`
-	Checkpoint string       `json:"checkpoint,omitempty"` // last checkpoint resumed from
+	Version    int      `json:"version"`
+	Argv       []string `json:"argv"`   // the user's command
+	Policy     string   `json:"policy"` // the policy file it ran with ("" for none)
+	Attempt    int      `json:"attempt"`
+	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
 	// Started is when the run began (kept across --resume-run and Slurm
 	// requeues): checkpoints older than that belong to earlier runs.
-	Started time.Time `json:"started,omitzero"`
-	Policies   policy.State `json:"state"`
-	Done       bool         `json:"done"`      // the run ended (success or give-up)
-	ExitCode   int          `json:"exit_code"` // when Done
+	Started  time.Time    `json:"started,omitzero"`
+	Policies policy.State `json:"state"`
+	Done     bool         `json:"done"`      // the run ended (success or give-up)
+	ExitCode int          `json:"exit_code"` // when Done
 	// History is what each attempt died of and how high its memory went,
 	// so that a person (or the next decision) sees the peaks.
 	History []attemptState `json:"history,omitempty"`
@@ -402,7 +402,11 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	// stepsSince counts step prints after the last out-of-memory line: a
 	// framework that caught the OOM (and retried with a smaller batch) goes
 	// on printing steps, and must not be stopped.
+	// Only the failing rank's steps (or steps naming no rank) count: other
+	// ranks may print steps they took before they hung in a collective.
 	var stepsSince atomic.Int64
+	var failRank atomic.Int64
+	failRank.Store(-1)
 	var epoch int64 = -1
 	// The stream of the line being scanned, journalled with each phase and
 	// failure. Set and read on the scanner goroutine only.
@@ -416,13 +420,16 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 				if ev.Epoch >= 0 {
 					epoch = ev.Epoch
 				}
-				stepsSince.Add(1)
+				if fr := failRank.Load(); fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr {
+					stepsSince.Add(1)
+				}
 			case probes.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
 				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
 			case probes.EventFailure:
 				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
 				if isMemory(ev.Kind) {
+					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
 					select {
 					case failed <- struct{}{}:
