@@ -264,7 +264,9 @@ func scalarSplice(src []byte, lines []int, key, val *yaml.Node, v Value) (splice
 	if val.Value == "" && val.Tag == "!!null" && val.Style == 0 {
 		// An empty value ("key:"): go-yaml's position for it is unreliable,
 		// so find the colon after the key and insert after it.
-		if key == nil || key.Style != 0 {
+		// Not with an anchor ("key: &a"): the value must go after it, and
+		// re-encoding keeps it right.
+		if key == nil || key.Style != 0 || val.Anchor != "" {
 			return splice{}, false
 		}
 		k := offset(src, lines, key.Line, key.Column)
@@ -381,7 +383,9 @@ func applySplices(src []byte, s []splice) []byte {
 // quoted.
 func setScalar(n *yaml.Node, v Value) {
 	style := n.Style & (yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle)
-	*n = yaml.Node{Kind: yaml.ScalarNode, Line: n.Line, Column: n.Column, HeadComment: n.HeadComment, LineComment: n.LineComment, FootComment: n.FootComment}
+	// The anchor stays: aliases of it share the value, as they would had
+	// the value been replaced in place in the text.
+	*n = yaml.Node{Kind: yaml.ScalarNode, Anchor: n.Anchor, Line: n.Line, Column: n.Column, HeadComment: n.HeadComment, LineComment: n.LineComment, FootComment: n.FootComment}
 	if v.Null {
 		n.Tag, n.Value = "!!null", "null"
 		return
