@@ -395,7 +395,8 @@ func (a *Attempt) Signal(sig syscall.Signal) {
 }
 
 // Stop stops the job politely: SIGTERM (and SIGCONT, in case it is stopped)
-// to its process group, then, after the grace period, SIGKILL to every
+// to its process group and to the processes of the tree outside it, then,
+// after the grace period, SIGKILL to every
 // process of the tree found through /proc, including those in sessions of
 // their own, until none is left. It returns at once; wait on Done. Later
 // calls do nothing.
@@ -483,6 +484,8 @@ func (a *Attempt) supervise() {
 		case <-a.stopCh:
 			a.Signal(syscall.SIGTERM)
 			a.Signal(syscall.SIGCONT)
+			a.signalStrays(syscall.SIGTERM)
+			a.signalStrays(syscall.SIGCONT)
 			if killAt.IsZero() {
 				killAt = time.Now().Add(a.grace)
 				timer.Reset(a.grace)
@@ -537,6 +540,23 @@ func (a *Attempt) supervise() {
 		a.wd.abandon()
 	}
 	close(a.done)
+}
+
+// signalStrays sends sig to the processes of the tree that a signal to the
+// job's process group (and the pty's foreground group) misses: those in
+// groups or sessions of their own, as torchrun's workers are. Without it a
+// launcher that does not pass SIGTERM on leaves them to SIGKILL after the
+// grace period, with no chance to exit cleanly.
+func (a *Attempt) signalStrays(sig syscall.Signal) {
+	fg := -1
+	if a.ptmx != nil {
+		fg = a.foregroundGroup()
+	}
+	for _, p := range a.tracker.scan() {
+		if p.pid != a.pid && !p.zombie() && p.pgid != a.pid && p.pgid != fg {
+			_ = syscall.Kill(p.pid, sig)
+		}
+	}
 }
 
 // killTree sends SIGKILL to every live process of the tree. It reports

@@ -370,13 +370,14 @@ func TestWindowSize(t *testing.T) {
 	})
 }
 
-// Stop: SIGTERM to the group, grace, SIGKILL to every descendant, including
-// one in a session of its own; nothing is left, not even a zombie.
+// Stop: SIGTERM to the group and to a descendant in a session of its own
+// (as torchrun's workers are), which all die of it before the grace period
+// ends: no SIGKILL is needed, and nothing is left, not even a zombie.
 func TestStopKillsTheWholeTree(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			a := start(t, AttemptSpec{Argv: fake("tree", pidFile), PTY: l.pty, Grace: 200 * time.Millisecond})
+			a := start(t, AttemptSpec{Argv: fake("tree", pidFile), PTY: l.pty, Grace: time.Minute})
 			pids := readPids(t, pidFile)
 			tree := a.Pids()
 			for _, p := range append([]int{a.PID()}, pids...) {
@@ -391,6 +392,9 @@ func TestStopKillsTheWholeTree(t *testing.T) {
 			}
 			if res.Code != 143 {
 				t.Errorf("code %d, want 143 (SIGTERM)", res.Code)
+			}
+			if res.Killed {
+				t.Errorf("SIGKILL was sent after the grace period: a process outside the job's group did not get SIGTERM")
 			}
 			for _, p := range pids {
 				if _, err := os.Stat(fmt.Sprintf("/proc/%d", p)); !errors.Is(err, os.ErrNotExist) {
