@@ -255,7 +255,11 @@ func (l *loop) resolveRunDir(status *Status) int {
 		l.state.Policies.Relaunches, l.state.Policies.ByKind, l.state.Policies.NoProgress = 0, nil, 0
 		how = "relaunch budgets start afresh"
 	}
-	status.Printf("resuming run %s at attempt %d with %s (%s)", l.cfg.ResumeRun, st.Attempt+1, describeValues(l.state.Policies.Values), how)
+	with := describeValues(l.state.Policies.Values)
+	if with == "" {
+		with = "no knobs"
+	}
+	status.Printf("resuming run %s at attempt %d with %s (%s)", l.cfg.ResumeRun, st.Attempt+1, with, how)
 	return 0
 }
 
