@@ -168,6 +168,10 @@ func (s *Splitter) escape(c byte) {
 // LineNum is the number of the line now being read (1-based).
 func (s *Splitter) LineNum() int { return s.num }
 
+// Truncated reports whether the line being read has reached the length
+// bound already: the rest of it, up to its end, is dropped.
+func (s *Splitter) Truncated() bool { return s.truncated }
+
 func (s *Splitter) line(cr bool) {
 	// An empty frame between two '\r' carries nothing worth scanning.
 	if cr && len(s.buf) == 0 && !s.truncated {

@@ -269,6 +269,11 @@ func (s *scanStream) skip(g gap) {
 	if g.bytes == 0 {
 		return
 	}
+	if g.newlines == 0 && s.split.Truncated() {
+		// The gap lies inside a line already cut at the length bound: it
+		// holds only bytes the line drops anyway.
+		return
+	}
 	s.mute = true
 	for n := g.newlines; n > 0; {
 		k := min(n, len(newlines))
