@@ -289,6 +289,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	if f := c.cur; f != nil && f.allowTable >= c.num && f.oom != nil && parseAllowedTable(t, f.oom) {
 		return // "Requested : 1.14 GiB" after "would exceed allowed memory"
 	}
+	if f := c.cur; f != nil && f.host == "" && f.rank >= 0 && len(t) > 0 && t[0] == 's' {
+		srunTaskHost(t, f) // "srun: error: HOST: task N: Exited with exit code 1" names the failing rank's host
+	}
 	if !scanned {
 		c.m.scan(t, &c.hits)
 	}
@@ -311,6 +314,26 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 			}
 		}
 	}
+}
+
+// srunTaskHost takes the host of f's rank from srun's report of the task's
+// end ("srun: error: gpu-07: task 3: Exited with exit code 1"), which
+// follows a rank's failure when srun runs it with --label.
+func srunTaskHost(t []byte, f *failure) {
+	const prefix = "srun: error: "
+	if !bHasPrefix(t, prefix) {
+		return
+	}
+	rest := t[len(prefix):]
+	i := bIndex(rest, ": task ")
+	if i <= 0 || bytes.IndexByte(rest[:i], ' ') >= 0 {
+		return
+	}
+	v, n, ok := scanInt(rest[i+len(": task "):])
+	if !ok || int(v) != f.rank || !bHasPrefix(rest[i+len(": task ")+n:], ": ") {
+		return
+	}
+	f.host = string(rest[:i])
 }
 
 // anchoredCandidate says whether a line without keywords may still matter

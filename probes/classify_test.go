@@ -621,6 +621,22 @@ func TestExit(t *testing.T) {
 	})
 }
 
+// srun --label: a rank's GPU OOM, then srun's report of that task's end,
+// which names its host; a report for another task does not.
+func TestSrunTaskHost(t *testing.T) {
+	for _, tc := range []struct{ tail, host string }{
+		{"srun: error: gpu-07: task 1: Exited with exit code 1\n", "gpu-07"},
+		{"srun: error: gpu-03: task 0: Exited with exit code 1\n", ""},
+		{"srun: error: gpu 07: task 1: Exited with exit code 1\n", ""},
+	} {
+		log := "0: Epoch 0:  10%|#| 10/100\n1: " + modernOOM + "\n" + tc.tail
+		v := classifyString(t, log, ClassifierOptions{})
+		if v.Kind != KindGPUOOM || v.Rank == nil || *v.Rank != 1 || v.Host != tc.host {
+			t.Errorf("%q: %s rank %v host %q, want gpu_oom on rank 1, host %q", tc.tail, v.Kind, v.Rank, v.Host, tc.host)
+		}
+	}
+}
+
 // Events name the rank of their line: the supervisor's OOM grace counts
 // only the failing rank's steps.
 func TestEventRanks(t *testing.T) {

@@ -662,9 +662,10 @@ exec %s run --policy ranks.yaml -- srun -n2 --label python3 ranks.py --batch 64
 		"attempt 2: srun -n2 --label python3 ranks.py --batch 32",
 		"0: rank 0 done", "1: rank 1 done")
 	// The host of the failing rank: srun names it in "srun: error: HOST:
-	// task 1: Exited with exit code 1"; the verdict has it when the
-	// classifier reads it from there.
-	t.Logf("verdict host of rank 1: %q (node %s)", vs[0]["host"], cl.node)
+	// task 1: Exited with exit code 1".
+	if vs[0]["host"] != cl.node {
+		t.Errorf("verdict host of rank 1: %q, want the node %q named by srun", vs[0]["host"], cl.node)
+	}
 	if oom, launch := stamp(out, "1: rank 1 oom at "), stamp(out[strings.Index(out, "attempt 2:"):], "1: rank 1 launched at "); oom > 0 && launch > 0 {
 		t.Logf("from rank 1's OOM line to its relaunch in the next step: %.2f s (oom_grace 1 s, srun's teardown, a new step)", launch-oom)
 	}
