@@ -71,6 +71,10 @@ def parse_args(argv):
     p.add_argument("--workers", type=int, help="override train.workers (DataLoader worker processes)")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--output-dir", help="override output_dir (checkpoints go here)")
+    p.add_argument("--device", default="cpu", help="cpu (the tests) or cuda[:N] (docs/gpu-validation.md)")
+    p.add_argument("--gpu-memory-mib", type=int, metavar="MIB",
+                   help="with --device cuda: cap PyTorch's allocator at MIB, so that the sizes of the CPU "
+                        "scenarios run out of CUDA memory the same way on a large GPU")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key (dotted path; VALUE is parsed as YAML); repeatable")
     p.add_argument("--resume", metavar="PATH",
@@ -346,7 +350,7 @@ def find_checkpoint(path):
 
 # ---------------------------------------------------------------- loops
 
-def validate(model, cfg, dataset, step):
+def validate(model, cfg, dataset, step, device):
     d = cfg["data"]
     crop = d["val_crop_size"]
     what = f"{crop}x{crop} center crops" if crop else f"{d['image_size']}x{d['image_size']} (full resolution)"
@@ -356,8 +360,8 @@ def validate(model, cfg, dataset, step):
     total_loss, correct, seen = 0.0, 0, 0
     with torch.no_grad():
         for keys in val_batches(cfg):
-            x = torch.stack([dataset[k][0] for k in keys])
-            y = torch.tensor([dataset.label(k[0]) for k in keys])
+            x = torch.stack([dataset[k][0] for k in keys]).to(device)
+            y = torch.tensor([dataset.label(k[0]) for k in keys]).to(device)
             out = model(x)
             total_loss += F.cross_entropy(out, y, reduction="sum").item()
             correct += (out.argmax(1) == y).sum().item()
@@ -379,7 +383,12 @@ def main(argv):
         die(f"cannot create output directory {out_dir}: {e.strerror}")
 
     torch.manual_seed(cfg["seed"])
-    model = Net(cfg["model"]["channels"], cfg["model"]["classes"])
+    device = torch.device(args.device)
+    if device.type == "cuda" and args.gpu_memory_mib:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.gpu_memory_mib * 2**20 / total), device)
+        print(f"device {device}: allocator capped at {args.gpu_memory_mib} MiB of {total >> 20} MiB")
+    model = Net(cfg["model"]["channels"], cfg["model"]["classes"]).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=t["lr"], momentum=0.9)
 
     start = 1
@@ -412,6 +421,7 @@ def main(argv):
             loss_sum = 0.0
             for _ in range(t["grad_accum"]):
                 x, y = next(batches)
+                x, y = x.to(device), y.to(device)
                 loss = F.cross_entropy(model(x), y) / t["grad_accum"]
                 loss.backward()
                 loss_sum += loss.item()
@@ -420,7 +430,7 @@ def main(argv):
             if step % t["checkpoint_every"] == 0 or step == t["steps"]:
                 save_checkpoint(out_dir, step, model, opt, cfg)
             if step % t["val_every"] == 0 or step == t["steps"]:
-                validate(model, cfg, dataset, step)
+                validate(model, cfg, dataset, step, device)
         del batches, loader  # the stage's workers exit, and their caches go with them
 
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
