@@ -85,7 +85,7 @@ func BenchmarkRelaunchLatency(b *testing.B) {
 		{
 			name: "ranks_hang/own_sessions", flags: []string{"--grace", "1s"}, argv: "python3 launch.py 2 python3 ranks.py --batch 64",
 			env:   []string{"RANKS_HANG_TERM=default"},
-			waits: "oom_grace 1s + --grace 1s (rank 0 hangs in a session of its own; the launcher dies of SIGTERM without passing it on, so rank 0 gets SIGKILL after --grace)",
+			waits: "oom_grace 1s + --grace 1s (rank 0 hangs in a session of its own; the launcher dies of SIGTERM without passing it on; gpuguard's stop sends rank 0 SIGTERM itself)",
 		},
 		{
 			name: "srun_ranks_hang", argv: "srun -n2 --label python3 ranks.py --batch 64", slurm: true,
