@@ -501,7 +501,7 @@ func (a *Attempt) supervise() {
 			killed = a.killTree() || killed
 			timer.Reset(100 * time.Millisecond)
 		case <-tick.C:
-			ps := a.tracker.scan()
+			ps := a.tracker.scanQuick()
 			a.wd.track(ps)
 			a.tracker.reapZombies(ps, a.pid)
 		}

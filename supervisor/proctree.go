@@ -89,7 +89,7 @@ func readSmallFile(name string, buf []byte) (int, error) {
 }
 
 // listProcs returns every process in /proc (thread-group leaders only).
-func listProcs() []procInfo {
+func listProcs(skip func(pid int) bool, listed func(pid int)) []procInfo {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
@@ -104,6 +104,12 @@ func listProcs() []procInfo {
 		}
 		pid, err := strconv.Atoi(name)
 		if err != nil {
+			continue
+		}
+		if listed != nil {
+			listed(pid)
+		}
+		if skip != nil && skip(pid) {
 			continue
 		}
 		if p, ok := readStat(pid, buf); ok {
@@ -145,7 +151,14 @@ type tracker struct {
 	since   uint64           // start time of the main child; older processes are not ours
 	seen    map[int]uint64   // pid → start time of every member seen alive
 	checked map[procKey]bool // processes whose environment was read, marker absent
+	// outside: pids that the last scan found alive and not in the tree;
+	// quick scans do not read them again (see scanQuick).
+	outside map[int]bool
+	quick   int // quick scans since the last full one
 }
+
+// fullScanEvery: one periodic scan in this many reads every process again.
+const fullScanEvery = 10
 
 func newTracker(token string) *tracker {
 	return &tracker{
@@ -153,6 +166,7 @@ func newTracker(token string) *tracker {
 		marker:  []byte(MarkerVar + "=" + token),
 		seen:    make(map[int]uint64),
 		checked: make(map[procKey]bool),
+		outside: make(map[int]bool),
 	}
 }
 
@@ -171,11 +185,66 @@ func (t *tracker) setRoot(pid int) {
 	}
 }
 
-// scan returns the members of the tree now in /proc, zombies included.
+// scan returns the members of the tree now in /proc, zombies included. It
+// reads the stat file of every process on the machine.
 func (t *tracker) scan() []procInfo {
-	procs := listProcs()
+	return t.scanWith(listProcs(nil, nil), nil)
+}
+
+// scanQuick is scan for the periodic look at the tree while the job runs. A
+// machine may run hundreds of processes, and reading every one's stat file
+// twice a second was most of an idle gpuguard's CPU (docs/performance.md):
+// a quick scan reads only the members, and the processes that appeared
+// since the last scan (a new process is where a member's child, or an
+// escaped process carrying the marker, shows up). Every fullScanEvery-th
+// scan reads them all, in case a pid that was outside the tree was reused
+// by a process of the job meanwhile, or an outside process was reparented
+// to a member. Stopping and killing always use scan.
+func (t *tracker) scanQuick() []procInfo {
+	t.mu.Lock()
+	t.quick++
+	full := t.quick >= fullScanEvery
+	if full {
+		t.quick = 0
+	}
+	outside := t.outside
+	members := make(map[int]bool, len(t.seen))
+	for pid := range t.seen {
+		members[pid] = true
+	}
+	t.mu.Unlock()
+	if full {
+		return t.scan()
+	}
+	listed := make(map[int]bool, len(outside)+64)
+	procs := listProcs(func(pid int) bool { return outside[pid] && !members[pid] },
+		func(pid int) { listed[pid] = true })
+	return t.scanWith(procs, func(pid int) bool { return listed[pid] && outside[pid] })
+}
+
+// scanWith finds the tree among procs. keptOutside says which pids, absent
+// from procs, were left out as known to be outside the tree (nil: none).
+func (t *tracker) scanWith(procs []procInfo, keptOutside func(pid int) bool) []procInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer func() {
+		// Rebuilt from this scan: the processes read and not taken in,
+		// and those skipped as outside that are still listed.
+		outside := make(map[int]bool, len(procs))
+		if keptOutside != nil {
+			for pid := range t.outside {
+				if keptOutside(pid) {
+					outside[pid] = true
+				}
+			}
+		}
+		for _, p := range procs {
+			if _, member := t.seen[p.pid]; !member && !p.zombie() {
+				outside[p.pid] = true
+			}
+		}
+		t.outside = outside
+	}()
 
 	byPid := make(map[int]int, len(procs))
 	children := make(map[int][]int, len(procs))
