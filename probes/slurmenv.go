@@ -3,6 +3,7 @@ package probes
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SlurmContext is the Slurm job context of a process, read from the
@@ -27,6 +28,20 @@ type SlurmContext struct {
 	// GPUs is what Slurm says it allocated (SLURM_STEP_GPUS, else
 	// SLURM_JOB_GPUS), as Slurm wrote it.
 	GPUs string `json:"gpus,omitempty"`
+	// StartTime and EndTime are SLURM_JOB_START_TIME and SLURM_JOB_END_TIME,
+	// Unix seconds: when the job started and when its time limit ends it.
+	// Newer Slurm releases set them; older ones (22.05 among them) do not,
+	// and then they are nil.
+	StartTime *int64 `json:"start_time,omitempty"`
+	EndTime   *int64 `json:"end_time,omitempty"`
+}
+
+// TimeLimit is EndTime − StartTime, or 0 when either is unknown.
+func (s SlurmContext) TimeLimit() time.Duration {
+	if s.StartTime == nil || s.EndTime == nil || *s.EndTime < *s.StartTime {
+		return 0
+	}
+	return time.Duration(*s.EndTime-*s.StartTime) * time.Second
 }
 
 // InSlurm says whether the environment is a Slurm job's.
@@ -68,6 +83,13 @@ func (s SlurmContext) String() string {
 	if s.GPUs != "" {
 		parts = append(parts, "gpus "+s.GPUs)
 	}
+	if s.EndTime != nil {
+		end := "ends " + time.Unix(*s.EndTime, 0).UTC().Format("2006-01-02 15:04:05 UTC")
+		if l := s.TimeLimit(); l > 0 {
+			end += " (time limit " + l.String() + ")"
+		}
+		parts = append(parts, end)
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -82,6 +104,13 @@ func SlurmFromEnv(env []string) SlurmContext {
 			}
 		}
 		return ""
+	}
+	num64 := func(key string) *int64 {
+		n, err := strconv.ParseInt(get(key), 10, 64)
+		if err != nil {
+			return nil
+		}
+		return &n
 	}
 	num := func(keys ...string) *int {
 		v := get(keys...)
@@ -105,5 +134,7 @@ func SlurmFromEnv(env []string) SlurmContext {
 		ArrayJobID:   get("SLURM_ARRAY_JOB_ID"),
 		ArrayTaskID:  get("SLURM_ARRAY_TASK_ID"),
 		GPUs:         get("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
+		StartTime:    num64("SLURM_JOB_START_TIME"),
+		EndTime:      num64("SLURM_JOB_END_TIME"),
 	}
 }

@@ -1,6 +1,10 @@
 package probes
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 func TestSlurmFromEnv(t *testing.T) {
 	env := []string{
@@ -33,5 +37,25 @@ func TestSlurmFromEnv(t *testing.T) {
 	}
 	if s := SlurmFromEnv([]string{"PATH=/bin", "SLURM_JOB_IDX=9"}); s.InSlurm() || s.String() != "" {
 		t.Errorf("%+v", s)
+	}
+}
+
+// Newer Slurm releases give the job's start and end (its time limit) in the
+// environment; older ones do not, and a malformed value is no value.
+func TestSlurmTimeLimit(t *testing.T) {
+	s := SlurmFromEnv([]string{"SLURM_JOB_ID=7", "SLURM_JOB_START_TIME=1790000000", "SLURM_JOB_END_TIME=1790007200"})
+	if s.TimeLimit() != 2*time.Hour {
+		t.Errorf("time limit %v, want 2h", s.TimeLimit())
+	}
+	if got := s.String(); !strings.HasSuffix(got, "ends 2026-09-21 16:13:20 UTC (time limit 2h0m0s)") {
+		t.Errorf("String() = %q", got)
+	}
+	for _, env := range [][]string{
+		{"SLURM_JOB_ID=7"},
+		{"SLURM_JOB_ID=7", "SLURM_JOB_START_TIME=x", "SLURM_JOB_END_TIME=1790007200"},
+	} {
+		if s := SlurmFromEnv(env); s.TimeLimit() != 0 || s.StartTime != nil {
+			t.Errorf("%q: time limit %v, start %v", env, s.TimeLimit(), s.StartTime)
+		}
 	}
 }
