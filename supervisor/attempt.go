@@ -318,7 +318,12 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 	outs := []io.Writer{spec.Stdout, spec.Stderr}
 	for i, f := range a.readers {
 		r := &reader{stream: i + 1, src: f, out: outs[i], log: log, q: a.queue, logger: a.logger}
+		if i == 1 {
+			r.after = a.pumps[0] // under pipes: stderr yields to what stdout has pending
+		}
 		a.pumps = append(a.pumps, r)
+	}
+	for _, r := range a.pumps {
 		a.readersWG.Add(1)
 		go func() {
 			defer a.readersWG.Done()
@@ -649,7 +654,7 @@ func (a *Attempt) reapRest() {
 func (a *Attempt) drain() {
 	deadline := time.Now().Add(drainTimeout).UnixNano()
 	for _, r := range a.pumps {
-		r.deadline.Store(deadline)
+		r.setDeadline(deadline)
 	}
 	a.readersWG.Wait()
 	for _, f := range a.readers {

@@ -342,10 +342,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // reader copies one stream of the child until end of file, EIO (a pty whose
 // other side is closed), or the drain deadline.
 //
-// It reads the non-blocking descriptor itself and waits in poll(2) when there
-// is nothing to read, on its own thread, rather than in the runtime's network
-// poller: a job that writes fast makes thousands of reads a second, and
-// parking and waking a goroutine for each costs more CPU than the copy.
+// It reads the non-blocking descriptor itself (one read per wake-up, into a
+// 64 KiB buffer) and, when there is nothing to read, waits in the runtime's
+// poller, which the drain deadline (the file's read deadline) also wakes.
 type reader struct {
 	stream   int
 	src      *os.File
@@ -354,62 +353,62 @@ type reader struct {
 	q        *scanQueue
 	logger   *zap.Logger
 	deadline drainDeadline
+
+	// busy: this reader has read output it has not passed on yet.
+	busy atomic.Bool
+	// after, for stderr under pipes, is the stdout reader: output read from
+	// stderr is passed on after what stdout holds at that moment (see
+	// yield).
+	after *reader
+}
+
+// yieldWait bounds how long stderr's output waits for stdout's.
+const yieldWait = 5 * time.Millisecond
+
+// yield waits, up to yieldWait, until o has passed on the output it has
+// read and none is left in its pipe. The order in which two pipes' output
+// is written is lost in the kernel, and two readers woken together run in
+// any order; when both have output, stdout's goes first: the progress and
+// phase lines a job prints come before the traceback it dies with on
+// stderr, and the classifier must see them in that order to tell the
+// phase of the failure (and output.log must show them so).
+func (r *reader) yield(o *reader) {
+	deadline := time.Now().Add(yieldWait)
+	for (o.busy.Load() || o.pending() > 0) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// pending is the number of bytes waiting in the reader's pipe (FIONREAD).
+func (r *reader) pending() int {
+	n := 0
+	if rc, err := r.src.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		})
+	}
+	return n
 }
 
 // drainDeadline is the time after which a reader stops waiting for more
-// output, set by the attempt once the job's process tree is gone. Until it
-// is set, the reader waits in poll(2) without a timeout, beside an eventfd
-// that Store signals: a quiet job costs no wake-ups at all. Where no
-// eventfd can be had, the reader looks at the deadline every pollInterval.
+// output, set by the attempt once the job's process tree is gone (see
+// reader.setDeadline).
 type drainDeadline struct {
-	ns   atomic.Int64 // unix nanoseconds; 0: none
-	mu   sync.Mutex
-	wake int  // the eventfd, while open
-	open bool // wake is open
-}
-
-// Store sets the deadline (unix nanoseconds) and wakes the reader.
-func (d *drainDeadline) Store(ns int64) {
-	d.ns.Store(ns)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.open {
-		_, _ = unix.Write(d.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // eventfd: add 1
-	}
+	ns atomic.Int64 // unix nanoseconds; 0: none
 }
 
 // Load returns the deadline, 0 when none is set.
 func (d *drainDeadline) Load() int64 { return d.ns.Load() }
 
-// openWake creates the eventfd that Store signals; it returns -1 when none
-// could be created.
-func (d *drainDeadline) openWake() int {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return -1
-	}
-	d.mu.Lock()
-	d.wake, d.open = fd, true
-	d.mu.Unlock()
-	return fd
+// setDeadline sets the drain deadline (unix nanoseconds). A reader waiting
+// for output waits in the runtime's poller, and the file's read deadline
+// wakes it there; it may be called before the reader starts.
+func (r *reader) setDeadline(ns int64) {
+	r.deadline.ns.Store(ns)
+	_ = r.src.SetReadDeadline(time.Unix(0, ns))
 }
-
-func (d *drainDeadline) closeWake() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.open {
-		unix.Close(d.wake)
-		d.open = false
-	}
-}
-
-// pollInterval bounds how late the reader notices the drain deadline when it
-// has no eventfd to be woken by.
-const pollInterval = 100 // milliseconds
 
 func (r *reader) run() {
-	wake := r.deadline.openWake()
-	defer r.deadline.closeWake()
 	buf := make([]byte, readBufSize)
 	outOK, logOK := r.out != nil, r.log != nil
 	rc, err := r.src.SyscallConn()
@@ -418,8 +417,11 @@ func (r *reader) run() {
 		return
 	}
 	for {
-		n, err := r.read(rc, buf, wake)
+		n, err := r.read(rc, buf)
 		if n > 0 {
+			if r.after != nil {
+				r.yield(r.after)
+			}
 			p := buf[:n]
 			if outOK {
 				if _, werr := r.out.Write(p); werr != nil {
@@ -439,6 +441,7 @@ func (r *reader) run() {
 				r.q.push(r.stream, p)
 			}
 		}
+		r.busy.Store(false)
 		if err != nil {
 			if !endOfStream(err) {
 				r.logger.Warn("reading the job's output failed", zap.Int("stream", r.stream), zap.Error(err))
@@ -451,38 +454,29 @@ func (r *reader) run() {
 	}
 }
 
-// read reads once, waiting in poll(2) for data, until the drain deadline.
-// wake is the deadline's eventfd, or -1.
-func (r *reader) read(rc syscall.RawConn, buf []byte, wake int) (int, error) {
+// read reads once. With nothing to read it waits in the runtime's poller
+// (the goroutine parks; no thread is held in a system call), until output
+// comes, the stream ends, or the drain deadline passes (the file's read
+// deadline, see setDeadline). Waiting in poll(2) on a thread of its own
+// instead cost the pty relay about a fifth of its throughput in scheduler
+// hand-offs (docs/performance.md, "Passthrough").
+func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
 	var n int
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
 		for {
+			r.busy.Store(true) // until run has passed the output on
 			n, rerr = unix.Read(int(fd), buf)
 			switch rerr {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
-				d := r.deadline.Load()
-				switch {
-				case d == 0 && wake >= 0:
-					// Until the deadline is set: wait for output or
-					// for Store's wake-up, however long.
-					_, _ = unix.Poll(fds, -1)
-				case d == 0:
-					_, _ = unix.Poll(fds[:1], pollInterval)
-				default:
-					left := time.Duration(d - time.Now().UnixNano())
-					if left <= 0 {
-						n, rerr = 0, os.ErrDeadlineExceeded
-						return true
-					}
-					// The eventfd stays readable once signalled: from
-					// now on, wait for output or the deadline only.
-					_, _ = unix.Poll(fds[:1], int(left/time.Millisecond)+1)
+				r.busy.Store(false)
+				if d := r.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
+					n, rerr = 0, os.ErrDeadlineExceeded
+					return true
 				}
-				continue
+				return false // wait in the poller
 			}
 			if n < 0 {
 				n = 0

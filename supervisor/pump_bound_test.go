@@ -110,7 +110,7 @@ func (b *readerOut) Write(p []byte) (int, error) {
 
 // A reader whose stream stays open (a process outside the job holds it)
 // waits without a timeout until the drain deadline is set, then stops at
-// that deadline. Store must wake it: it sleeps in poll(2) with no timeout.
+// that deadline. setDeadline must wake it: it waits in the runtime's poller.
 func TestReaderStopsAtDrainDeadline(t *testing.T) {
 	for _, setFirst := range []bool{false, true} {
 		pr, pw, err := os.Pipe()
@@ -120,7 +120,7 @@ func TestReaderStopsAtDrainDeadline(t *testing.T) {
 		out := &readerOut{got: make(chan struct{}, 1)}
 		r := &reader{stream: 1, src: pr, out: out, logger: zap.NewNop()}
 		if setFirst { // drain came before the reader started
-			r.deadline.Store(time.Now().UnixNano())
+			r.setDeadline(time.Now().UnixNano())
 		}
 		done := make(chan struct{})
 		go func() { defer close(done); r.run() }()
@@ -129,7 +129,7 @@ func TestReaderStopsAtDrainDeadline(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-out.got // the reader is back to waiting
-			r.deadline.Store(time.Now().Add(50 * time.Millisecond).UnixNano())
+			r.setDeadline(time.Now().Add(50 * time.Millisecond).UnixNano())
 		}
 		select {
 		case <-done:
@@ -139,7 +139,6 @@ func TestReaderStopsAtDrainDeadline(t *testing.T) {
 		if got := out.buf.String(); !setFirst && got != "hello\n" {
 			t.Errorf("the reader passed on %q, want %q", got, "hello\n")
 		}
-		r.deadline.closeWake()
 		pw.Close()
 		pr.Close()
 	}

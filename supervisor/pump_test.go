@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/lines"
@@ -26,4 +28,51 @@ func TestScannerNumbersLinesAcrossStreams(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) || n != int64(len(want)) {
 		t.Fatalf("lines %q (%d), want %q", got, n, want)
 	}
+}
+
+// A job that prints a line on stdout and then dies with a message on
+// stderr: under pipes the scanner (and output.log) must see them in that
+// order, though the two pipes are read apart (the phase of a failure is
+// read from the lines before it).
+func TestStdoutBeforeStderr(t *testing.T) {
+	const runs = 40
+	swapped := 0
+	for i := 0; i < runs; i++ {
+		var got []string
+		var log lockedBuffer
+		a := start(t, AttemptSpec{
+			Argv: []string{"sh", "-c", "echo gpuguard: phase=train; echo 'CUDA out of memory' >&2; exit 1"},
+			Log:  &log,
+			Scan: func(stream int, l lines.Line) { got = append(got, fmt.Sprintf("%d:%s", stream, l.Text)) },
+		})
+		waitDone(t, a)
+		if fmt.Sprint(got) != "[1:gpuguard: phase=train 2:CUDA out of memory]" {
+			swapped++
+			t.Logf("run %d: scanned %q", i, got)
+		}
+		if log.String() != "gpuguard: phase=train\nCUDA out of memory\n" {
+			t.Logf("run %d: output.log %q", i, log.String())
+			swapped++
+		}
+	}
+	if swapped > 0 {
+		t.Errorf("%d of %d runs saw stderr's line before stdout's", swapped, runs)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
