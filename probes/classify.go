@@ -308,7 +308,8 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 			c.record(f, rank, t, full)
 			if cur := c.cur; cur != nil && cur.wrapped != "" {
 				if cur.line == c.num {
-					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(cur.wrapped)), cur.wrapped...), f: cur}
+					w := cur.wrapped[:min(len(cur.wrapped), maxPendingBytes-1)]
+					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(w)), w...), f: cur}
 				}
 				cur.wrapped = ""
 			}
@@ -645,10 +646,12 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 	p.lines++
 	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
 		p.buf = bytes.TrimRight(p.buf, " \t")
-		p.buf = append(p.buf, ' ')
+		if len(p.buf) < maxPendingBytes {
+			p.buf = append(p.buf, ' ')
+		}
 		t = trimSpaceLeft(t)
 	}
-	room := maxPendingBytes - len(p.buf)
+	room := max(maxPendingBytes-len(p.buf), 0)
 	if len(t) > room {
 		t = t[:room]
 	}
