@@ -1,9 +1,7 @@
 package supervisor
 
 import (
-	"bytes"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/lines"
@@ -39,7 +37,7 @@ func TestStdoutBeforeStderr(t *testing.T) {
 	swapped := 0
 	for i := 0; i < runs; i++ {
 		var got []string
-		var log lockedBuffer
+		var log syncBuffer
 		a := start(t, AttemptSpec{
 			Argv: []string{"sh", "-c", "echo gpuguard: phase=train; echo 'CUDA out of memory' >&2; exit 1"},
 			Log:  &log,
@@ -58,21 +56,4 @@ func TestStdoutBeforeStderr(t *testing.T) {
 	if swapped > 0 {
 		t.Errorf("%d of %d runs saw stderr's line before stdout's", swapped, runs)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
