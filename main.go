@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -115,7 +116,11 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
-						fmt.Fprintln(stderr, "gpuguard report: give one run directory; usage: gpuguard report [--json] [--plot FILE] RUN_DIR")
+						hint := ""
+						if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
+							hint = " (flags go before RUN_DIR)"
+						}
+						fmt.Fprintf(stderr, "gpuguard report: give one run directory%s; usage: gpuguard report [--json] [--plot FILE] RUN_DIR\n", hint)
 						return set(supervisor.ExitUsage)
 					}
 					return set(report.Command(report.Options{
