@@ -42,6 +42,7 @@ uninterrupted run would have seen from there.
 
 import argparse
 import functools
+import multiprocessing
 import os
 import random
 import resource
@@ -256,7 +257,7 @@ class StepBatches:
         return (self.last - self.first + 1) * self.cfg["train"]["grad_accum"]
 
 
-def init_worker(adj, samples, crop, worker_id):
+def init_worker(adj, samples, crop, warmed, worker_id):
     """DataLoader worker_init_fn: set the worker's OOM score, then warm its cache.
 
     When memory runs out, the kernel kills the task with the highest badness:
@@ -272,6 +273,12 @@ def init_worker(adj, samples, crop, worker_id):
             f.write(str(adj))
     if samples:
         torch.utils.data.get_worker_info().dataset.warm(samples, crop, worker_id)
+    if warmed is not None:
+        # Every worker of the stage holds its cache before any serves a
+        # batch, as they do in a long run. Without this, a short stage's
+        # idle workers could be shut down still warming, and whether the
+        # caches together exceed the memory limit would depend on timing.
+        warmed.wait(timeout=300)
 
 
 def val_batches(cfg):
@@ -412,9 +419,12 @@ def main(argv):
     model.train()
     for first, last in stages(cfg, start, t["steps"]):
         crop = crop_for(cfg, first)
+        # DataLoader forks its workers (Linux's default), so they share this barrier.
+        warmed = multiprocessing.get_context("fork").Barrier(t["workers"]) if t["workers"] > 1 else None
         loader = DataLoader(dataset, batch_sampler=StepBatches(cfg, first, last), num_workers=t["workers"],
+                            multiprocessing_context="fork" if t["workers"] > 0 else None,
                             worker_init_fn=functools.partial(init_worker, d["worker_oom_score_adj"],
-                                                             d["cache_samples"], crop))
+                                                             d["cache_samples"], crop, warmed))
         batches = iter(loader)
         for step in range(first, last + 1):
             opt.zero_grad(set_to_none=True)
