@@ -198,6 +198,13 @@ func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string,
 	if err := enc.Close(); err != nil {
 		return nil, 0, fmt.Errorf("writing the changed config: %v", err)
 	}
+	// The encoder can write what its decoder refuses (a key of tabs and
+	// newlines as a block scalar, found by FuzzDeriveConfig): a derived
+	// config must never be one the job cannot read.
+	var check yaml.Node
+	if err := yaml.Unmarshal(buf.Bytes(), &check); err != nil {
+		return nil, 0, fmt.Errorf("the changed config would not be valid YAML (%v); change the key or the value in the policy", err)
+	}
 	return buf.Bytes(), moved, nil
 }
 
