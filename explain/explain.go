@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/probes"
+	"github.com/gpuguard/gpuguard/runfiles"
 )
 
 // Exit statuses of Command.
@@ -102,7 +103,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 		dir := ""
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
 			dir = path
-		} else if filepath.Base(path) == runLogName {
+		} else if filepath.Base(path) == runfiles.OutputLog {
 			dir = filepath.Dir(path)
 		}
 		if dir != "" {
@@ -113,7 +114,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 			if len(attempts) > 0 {
 				return explainRun(dir, attempts)
 			}
-			path = filepath.Join(dir, runLogName)
+			path = filepath.Join(dir, runfiles.OutputLog)
 		}
 	}
 	v, err := explainOne(path, stdin, stdinUsed)
@@ -122,12 +123,6 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 	}
 	return []result{{File: path, Verdict: v}}, nil
 }
-
-// The files of a gpuguard run directory that explain reads.
-const (
-	runLogName    = "output.log"
-	runEventsName = "events.jsonl"
-)
 
 // attemptSpan is where one attempt's output lies in output.log.
 type attemptSpan struct {
@@ -140,15 +135,15 @@ type attemptSpan struct {
 // (not a run directory) or whose attempts carry no offsets; lines that are
 // not JSON are skipped (the journal may end in a torn write).
 func runAttempts(dir string) ([]attemptSpan, error) {
-	f, err := os.Open(filepath.Join(dir, runEventsName))
+	f, err := os.Open(filepath.Join(dir, runfiles.Events))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if _, lerr := os.Stat(filepath.Join(dir, runLogName)); lerr != nil {
-				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, runLogName)
+			if _, lerr := os.Stat(filepath.Join(dir, runfiles.OutputLog)); lerr != nil {
+				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, runfiles.OutputLog)
 			}
 			return nil, nil
 		}
-		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runEventsName), unwrapPath(err))
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runfiles.Events), unwrapPath(err))
 	}
 	defer f.Close()
 	var spans []attemptSpan
@@ -169,7 +164,7 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 		spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runEventsName), err)
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, runfiles.Events), err)
 	}
 	return spans, nil
 }
@@ -178,7 +173,7 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 // so that a failure the next attempt recovered from is that attempt's
 // verdict, not an earlier failure "the job survived".
 func explainRun(dir string, spans []attemptSpan) ([]result, error) {
-	logPath := filepath.Join(dir, runLogName)
+	logPath := filepath.Join(dir, runfiles.OutputLog)
 	f, err := os.Open(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))

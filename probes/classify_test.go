@@ -640,15 +640,8 @@ func TestSrunTaskHost(t *testing.T) {
 // Events name the rank of their line: the supervisor's OOM grace counts
 // only the failing rank's steps.
 func TestEventRanks(t *testing.T) {
-	var evs []Event
 	log := "[rank1]: Epoch 0:  10%|#| 10/100\n[rank0]: Epoch 0:  20%|#| 20/100\n[rank1]: " + modernOOM + "\n[rank0]: Epoch 0:  30%|#| 30/100\n"
-	c, err := NewClassifier(ClassifierOptions{OnEvent: func(e Event) { evs = append(evs, e) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := lines.New(0, c.Line)
-	s.Write([]byte(log))
-	s.Flush()
+	c, evs := classifyEvents(t, log)
 	var got []string
 	for _, e := range evs {
 		got = append(got, fmt.Sprintf("%d:%d", e.Type, e.Rank))
@@ -663,9 +656,11 @@ func TestEventRanks(t *testing.T) {
 	}
 }
 
-func TestEvents(t *testing.T) {
+// classifyEvents runs the classifier over log and returns it with the
+// events it emitted.
+func classifyEvents(t *testing.T, log string) (*Classifier, []Event) {
+	t.Helper()
 	var evs []Event
-	log := "Epoch 0:  10%|#| 10/100\nEpoch 0:  10%|#| 10/100\nValidation DataLoader 0: 5%|#| 1/20\n" + modernOOM + "\n"
 	c, err := NewClassifier(ClassifierOptions{OnEvent: func(e Event) { evs = append(evs, e) }})
 	if err != nil {
 		t.Fatal(err)
@@ -673,6 +668,12 @@ func TestEvents(t *testing.T) {
 	s := lines.New(0, c.Line)
 	s.Write([]byte(log))
 	s.Flush()
+	return c, evs
+}
+
+func TestEvents(t *testing.T) {
+	log := "Epoch 0:  10%|#| 10/100\nEpoch 0:  10%|#| 10/100\nValidation DataLoader 0: 5%|#| 1/20\n" + modernOOM + "\n"
+	_, evs := classifyEvents(t, log)
 	want := []Event{
 		{Type: EventPhase, Line: 1, Rank: -1, Phase: PhaseTrain},
 		{Type: EventStep, Line: 1, Rank: -1, Step: 10, Epoch: 0},

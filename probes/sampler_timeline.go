@@ -7,10 +7,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/runfiles"
 )
 
 // TimelineFile is the name of the memory timeline in a run directory.
-const TimelineFile = "timeline.csv"
+const TimelineFile = runfiles.Timeline
 
 // OpenTimeline opens (creating it if needed) the timeline file at path for
 // appending, and writes TimelineHeader when the file is empty, so that the

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/probes"
+	"github.com/gpuguard/gpuguard/runfiles"
 )
 
 // Exit codes of report and doctor (BSD sysexits, as gpuguard's own codes
@@ -33,7 +34,7 @@ const (
 )
 
 // EventsFile is the name of the event log in a run directory.
-const EventsFile = "events.jsonl"
+const EventsFile = runfiles.Events
 
 // Options are the inputs of `gpuguard report`.
 type Options struct {

@@ -23,19 +23,20 @@ import (
 	"github.com/gpuguard/gpuguard/policies"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/probes"
+	"github.com/gpuguard/gpuguard/runfiles"
 )
 
 // StateFile is the run directory's record of where the run stands, written
 // atomically after every decision, so that `gpuguard run --resume-run DIR`
 // (or a Slurm requeue) continues with the settings that fit rather than
 // starting again at those that failed.
-const StateFile = "state.json"
+const StateFile = runfiles.State
 
 // DerivedDir is the run directory's folder for derived config copies.
-const DerivedDir = "derived"
+const DerivedDir = runfiles.Derived
 
 // TimelineFile is the run directory's memory timeline.
-const TimelineFile = "timeline.csv"
+const TimelineFile = runfiles.Timeline
 
 // runState is the content of state.json.
 type runState struct {

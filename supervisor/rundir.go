@@ -18,13 +18,15 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/gpuguard/gpuguard/runfiles"
 )
 
 // Files of a run directory.
 const (
-	OutputLogName = "output.log"   // the job's combined output, raw bytes, every attempt
-	EventsName    = "events.jsonl" // one JSON object per line
-	GpuguardLog   = "gpuguard.log" // gpuguard's own diagnostics (zap JSON)
+	OutputLogName = runfiles.OutputLog
+	EventsName    = runfiles.Events
+	GpuguardLog   = runfiles.GpuguardLog
 )
 
 // logFlushDelay bounds how long output sits in output.log's buffer.
