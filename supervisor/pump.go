@@ -357,6 +357,9 @@ type reader struct {
 
 	// busy: this reader has read output it has not passed on yet.
 	busy atomic.Bool
+	// raw: src is non-blocking, and read uses readNonblock (run's goroutine
+	// only).
+	raw bool
 	// after, for stderr under pipes, is the stdout reader: output read from
 	// stderr is passed on after what stdout holds at that moment (see
 	// yield).
@@ -417,6 +420,9 @@ func (r *reader) run() {
 		r.logger.Error("cannot read the job's output", zap.Int("stream", r.stream), zap.Error(err))
 		return
 	}
+	// Raw reads only where the descriptor cannot block (see readNonblock):
+	// an *os.File goes blocking for good once anything calls its Fd.
+	r.raw = nonblocking(rc)
 	for {
 		n, err := r.read(rc, buf)
 		if n > 0 {
@@ -467,7 +473,11 @@ func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
 	err := rc.Read(func(fd uintptr) bool {
 		for {
 			r.busy.Store(true) // until run has passed the output on
-			n, rerr = readNonblock(fd, buf)
+			if r.raw {
+				n, rerr = readNonblock(fd, buf)
+			} else {
+				n, rerr = unix.Read(int(fd), buf)
+			}
 			switch rerr {
 			case unix.EINTR:
 				continue
@@ -496,13 +506,14 @@ func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
 
 // readNonblock reads the non-blocking descriptor fd once, with a raw system
 // call: one that does not tell the Go scheduler it is in the kernel. A read
-// of a non-blocking descriptor returns at once (with EAGAIN when there is
-// nothing), so the thread keeps its processor and the scheduler has nothing
-// to hand off; under a flood of output, where a reader makes tens of
-// thousands of reads a second, the hand-offs around ordinary system calls
-// cost a pty relay about a tenth of its throughput (bench/relayfloor.sh).
-// It must never be used on a descriptor that can block: a thread blocked in
-// a raw system call holds up the garbage collector until the call returns.
+// of a non-blocking descriptor does not wait for output (a pty's at most waits
+// for the kernel's pending pty work), so the thread keeps its processor and
+// the scheduler has nothing to hand off. Under a flood, where a reader makes
+// tens of thousands of reads a second, this made the pty relay about 6%
+// faster (bench/relayfloor.sh; docs/performance.md). It must never be used on
+// a descriptor that can block: a thread blocked in a raw system call holds
+// up the garbage collector, and with it all of gpuguard, until the call
+// returns. run checks with nonblocking.
 func readNonblock(fd uintptr, buf []byte) (int, error) {
 	if len(buf) == 0 {
 		return 0, nil
@@ -512,6 +523,16 @@ func readNonblock(fd uintptr, buf []byte) (int, error) {
 		return -1, e
 	}
 	return int(n), nil
+}
+
+// nonblocking reports whether rc's descriptor is in non-blocking mode.
+func nonblocking(rc syscall.RawConn) bool {
+	var flags int
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+		return false
+	}
+	return flags&unix.O_NONBLOCK != 0
 }
 
 // endOfStream reports whether err is a normal end of the child's output: end

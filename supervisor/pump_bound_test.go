@@ -3,7 +3,12 @@ package supervisor
 import (
 	"bytes"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +147,76 @@ func TestReaderStopsAtDrainDeadline(t *testing.T) {
 		pw.Close()
 		pr.Close()
 	}
+}
+
+// A reader uses raw reads (readNonblock) only on a non-blocking descriptor.
+// On one that something switched to blocking mode (f.Fd() does that), a raw
+// read would wait in the kernel unseen by the scheduler and hold up every
+// garbage collection until output came: the reader must fall back to an
+// ordinary read, during which a collection completes. The pipe's only writer
+// is a child process that marks a file, writes and exits, 10 s on: if the
+// collection waited for that output, the mark is there when it completes
+// (and the test still ends, since the child's exit ends the pipe).
+func TestReaderReadsABlockingDescriptorWithoutHoldingUpGC(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if rc, err := pr.SyscallConn(); err != nil || !nonblocking(rc) {
+		t.Fatalf("os.Pipe's read end should start non-blocking (err %v)", err)
+	}
+	_ = pr.Fd() // switches the descriptor to blocking mode
+	mark := filepath.Join(t.TempDir(), "wrote")
+	late := exec.Command("sh", "-c", `sleep 10; : >"$0"; echo late`, mark)
+	late.Stdout = pw
+	late.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // sleep too holds the pipe
+	if err := late.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	stopLate := func() { _ = syscall.Kill(-late.Process.Pid, syscall.SIGKILL); _ = late.Wait() }
+	defer stopLate()
+
+	r := &reader{stream: 1, src: pr, out: &readerOut{got: make(chan struct{}, 1)}, logger: zap.NewNop()}
+	done := make(chan struct{})
+	go func() { defer close(done); r.run() }()
+
+	// Ready signal: a thread of this process sleeps in the pipe's read.
+	blocked := false
+	for deadline := time.Now().Add(5 * time.Second); !blocked && time.Now().Before(deadline); {
+		blocked = threadWaitsIn(t, "pipe_read")
+		if !blocked {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !blocked {
+		t.Fatal("the reader never waited in the pipe's read")
+	}
+	runtime.GC()
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("a garbage collection waited until the job wrote: the reader held it up in a raw read of a blocking descriptor")
+	}
+	stopLate() // the end of the pipe: the reader stops
+	<-done
+	if r.raw {
+		t.Error("the reader chose raw reads on a blocking descriptor")
+	}
+}
+
+// threadWaitsIn reports whether a thread of this process is asleep in a
+// kernel function whose name contains fn (/proc/self/task/*/wchan).
+func threadWaitsIn(t *testing.T, fn string) bool {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		w, err := os.ReadFile("/proc/self/task/" + task.Name() + "/wchan")
+		if err == nil && strings.Contains(string(w), fn) {
+			return true
+		}
+	}
+	return false
 }

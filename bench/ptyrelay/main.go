@@ -26,7 +26,11 @@ import (
 	"github.com/creack/pty"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run relays the command and returns the exit status: 0, 1 when the relay or
+// the command failed, 2 on bad usage.
+func run() int {
 	tee := flag.String("tee", "", "write the output to stdout and to this `file`, as script(1) does")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: ptyrelay [-tee FILE] COMMAND [ARGS...]")
@@ -35,14 +39,14 @@ func main() {
 	flag.Parse()
 	if flag.NArg() < 1 {
 		flag.Usage()
-		os.Exit(2)
+		return 2
 	}
 	var dst io.Writer = io.Discard
 	if *tee != "" {
 		f, err := os.Create(*tee)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "ptyrelay:", err)
-			os.Exit(2)
+			return 2
 		}
 		defer f.Close()
 		dst = io.MultiWriter(os.Stdout, f)
@@ -51,8 +55,9 @@ func main() {
 	f, err := pty.Start(cmd)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ptyrelay:", err)
-		os.Exit(1)
+		return 1
 	}
+	defer f.Close()
 	t0 := time.Now()
 	// The read ends in EIO once the command has exited and the pty's other
 	// side is closed: the end of its output.
@@ -62,10 +67,11 @@ func main() {
 	fmt.Fprintf(os.Stderr, "%d bytes in %.2fs: %.1f MiB/s\n", n, d.Seconds(), float64(n)/d.Seconds()/(1<<20))
 	if cerr != nil && !errors.Is(cerr, syscall.EIO) {
 		fmt.Fprintln(os.Stderr, "ptyrelay:", cerr)
-		os.Exit(1)
+		return 1
 	}
 	if werr != nil {
 		fmt.Fprintln(os.Stderr, "ptyrelay:", werr)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
