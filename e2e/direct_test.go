@@ -125,15 +125,16 @@ func TestTrainBatchTooLargeOOM(t *testing.T) {
 
 // TestWorkersKilledByKernel: four DataLoader workers fit through the warm-up
 // at 32 pixels; at 96 pixels the loader is rebuilt and each new worker caches
-// 1800 crops (190 MiB), which exceeds the memory cgroup's limit. The kernel's
-// OOM killer kills a worker (the workers raise their oom_score_adj) and the
-// DataLoader reports it. Two workers fit under the same limit.
+// 3000 crops (316 MiB), which exceeds the memory cgroup's limit (workerLimit).
+// The kernel's OOM killer kills a worker (the workers raise their
+// oom_score_adj) and the DataLoader reports it. Two workers fit under the same
+// limit.
 func TestWorkersKilledByKernel(t *testing.T) {
 	needTorch(t)
 	needCgroup(t)
 	env := jobEnv("VAL_CROP_SIZE=64")
 	out := t.TempDir()
-	r := job(t, env, cgroupWrapper(), out, "--workers", "4")
+	r := job(t, env, cgroupWrapper(t), out, "--workers", "4")
 	if r.code != 1 {
 		t.Fatalf("want exit 1 (Python's uncaught RuntimeError):\n%s", dump(r))
 	}
@@ -155,7 +156,7 @@ func TestWorkersKilledByKernel(t *testing.T) {
 		t.Errorf("the checkpoint of step 4 is missing: %v", err)
 	}
 
-	r = job(t, env, cgroupWrapper(), t.TempDir(), "--workers", "2")
+	r = job(t, env, cgroupWrapper(t), t.TempDir(), "--workers", "2")
 	if r.code != 0 {
 		t.Fatalf("two workers did not fit under the limit:\n%s", dump(r))
 	}

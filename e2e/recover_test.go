@@ -128,7 +128,7 @@ func TestRecoverValidationOOM(t *testing.T) {
 	if !allocRe.MatchString(r.stderr) {
 		t.Errorf("the job's allocator error is not in the output:\n%s", dump(r.result))
 	}
-	if !strings.Contains(r.stdout, "effective batch 32 (batch_size 32 x grad_accum 1)\nworkers 0, cache 1800 samples per worker, val_crop_size 64") ||
+	if !strings.Contains(r.stdout, "effective batch 32 (batch_size 32 x grad_accum 1)\nworkers 0, cache 3000 samples per worker, val_crop_size 64") ||
 		!strings.Contains(r.stdout, "Validating at step 6: 32 images at 64x64 center crops") {
 		t.Errorf("the relaunch did not validate on 64-pixel crops with the same batch:\n%s", dump(r.result))
 	}
@@ -159,12 +159,12 @@ func TestRecoverTrainOOM(t *testing.T) {
 func TestRecoverWorkersKilled(t *testing.T) {
 	needTorch(t)
 	needCgroup(t)
-	r := recover(t, jobEnv("VAL_CROP_SIZE=64"), cgroupWrapper(), "--workers", "4")
+	r := recover(t, jobEnv("VAL_CROP_SIZE=64"), cgroupWrapper(t), "--workers", "4")
 	expectRecovered(t, r, decision{Rule: "host-oom", Changes: []change{{"workers", "4", "2"}}})
 	if !workerRe.MatchString(r.stderr) {
 		t.Errorf("the DataLoader's report of the killed worker is not in the output:\n%s", dump(r.result))
 	}
-	if !strings.Contains(r.stdout, "workers 2, cache 1800 samples per worker") {
+	if !strings.Contains(r.stdout, "workers 2, cache 3000 samples per worker") {
 		t.Errorf("the relaunch did not run with two workers:\n%s", dump(r.result))
 	}
 }
