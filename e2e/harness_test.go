@@ -278,13 +278,13 @@ var (
 
 // workerLimit returns the memory cgroup's limit for the DataLoader-worker
 // scenarios: the peak of the good settings (two caching workers), measured
-// here under calibrationLimit, plus one worker's cache at the training crop
-// (cacheBytes). Four workers hold two caches more than two do, so the limit
-// sits about one cache (316 MiB) above the two-worker peak and as far below
-// the four-worker one. Like asLimit, it is relative: what the trainer process
-// itself takes depends on the torch build and the C library (a fixed 1150 MiB
-// passed here and failed on the CI machine, whose four workers peaked at
-// 1006 MiB).
+// here under calibrationLimit, plus one worker's cache at the largest crop
+// that run trained on. Four workers hold two caches more than two do, so the
+// limit sits about one cache (316 MiB) above the two-worker peak and as far
+// below the four-worker one. Like asLimit, it is relative: what the trainer
+// process itself takes depends on the torch build and the C library (a fixed
+// 1150 MiB passed here and failed on the CI machine, whose four workers
+// peaked at 1006 MiB).
 func workerLimit(t *testing.T) int64 {
 	t.Helper()
 	workerLimitMu.Lock()
@@ -293,36 +293,27 @@ func workerLimit(t *testing.T) int64 {
 		argv := []string{memlimit, "--cgroup", strconv.Itoa(calibrationLimit), "--name", fmt.Sprintf("calibrate-%d", os.Getpid()),
 			"--", python, trainPy, "--output-dir", t.TempDir(), "--workers", "2"}
 		r := run(t, t.TempDir(), jobEnv("VAL_CROP_SIZE=64"), argv...)
-		m := peakRe.FindStringSubmatch(r.stderr)
-		if r.code != 0 || m == nil {
+		peak, samples := peakRe.FindStringSubmatch(r.stderr), cacheRe.FindStringSubmatch(r.stdout)
+		if r.code != 0 || peak == nil || samples == nil {
 			t.Fatalf("measuring the peak of two DataLoader workers under a %d MiB cgroup failed:\n%s", calibrationLimit>>20, dump(r))
 		}
-		peak, _ := strconv.ParseInt(m[1], 10, 64)
-		workerLimitV = peak<<20 + cacheBytes(t)
-		t.Logf("memory cgroup limit %d MiB (two workers peaked at %d MiB, + one cache of %d MiB)",
-			workerLimitV>>20, peak, cacheBytes(t)>>20)
+		var side int64
+		for _, m := range cropRe.FindAllStringSubmatch(r.stdout, -1) {
+			side = max(side, atoi64(m[1]))
+		}
+		// A worker's cache is one block of float32 crops, 3 channels each.
+		cache := atoi64(samples[1]) * 3 * side * side * 4
+		workerLimitV = atoi64(peak[1])<<20 + cache
+		t.Logf("memory cgroup limit %d MiB (two workers peaked at %s MiB, + one cache of %d crops at %d pixels, %d MiB)",
+			workerLimitV>>20, peak[1], atoi64(samples[1]), side, cache>>20)
 	}
 	return workerLimitV
 }
 
-// cacheBytes is one DataLoader worker's cache at the training crop, from
-// config.yaml: data.cache_samples crops of 3 x train_crop_size^2 float32.
-func cacheBytes(t *testing.T) int64 {
-	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(repoRoot, "e2e", "torchjob", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := func(name string) int64 {
-		m := regexp.MustCompile(`(?m)^  ` + name + `: (\d+)`).FindSubmatch(cfg)
-		if m == nil {
-			t.Fatalf("e2e/torchjob/config.yaml has no whole-number data.%s; cacheBytes reads it", name)
-		}
-		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-		return n
-	}
-	side := key("train_crop_size")
-	return key("cache_samples") * 3 * side * side * 4
+// atoi64 parses a run of digits a regexp has matched.
+func atoi64(digits string) int64 {
+	n, _ := strconv.ParseInt(digits, 10, 64)
+	return n
 }
 
 // dump is the job's output for a failure message.
@@ -338,6 +329,8 @@ var (
 	allocRe   = regexp.MustCompile(`DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes`)
 	oomKillRe = regexp.MustCompile(`(?m)^memlimit: cgroup .*, oom_kill [1-9]`)
 	peakRe    = regexp.MustCompile(`(?m)^memlimit: cgroup .*, peak (\d+) MiB, oom_kill 0$`)
+	cacheRe   = regexp.MustCompile(`(?m)^workers \d+, cache (\d+) samples per worker,`)
+	cropRe    = regexp.MustCompile(`(?m)^step \d+/\d+ loss=\S+ crop=(\d+)$`)
 	workerRe  = regexp.MustCompile(`DataLoader worker \(pid (\d+)\) is killed by signal: Killed\.`)
 )
 

@@ -191,7 +191,7 @@ class SyntheticImages(Dataset):
 
     def warm(self, samples, crop, worker_id):
         """Fill this process's cache with samples preprocessed crops of side
-        crop, drawn from (seed, worker_id), and return the cached bytes.
+        crop, drawn from (seed, worker_id).
 
         The crops live in one block of samples x 3 x crop x crop float32,
         allocated up front and filled row by row, so the memory the cache
@@ -210,7 +210,6 @@ class SyntheticImages(Dataset):
             x, label = self[key]
             block[row].copy_(x)
             self.cache[key] = (block[row], label)
-        return block.numel() * block.element_size()
 
     def __getitem__(self, key):
         hit = self.cache.get(key)
