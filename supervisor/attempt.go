@@ -319,7 +319,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 	for i, f := range a.readers {
 		r := &reader{stream: i + 1, src: f, out: outs[i], log: log, q: a.queue, logger: a.logger}
 		if i == 1 {
-			r.after = a.pumps[0] // under pipes: stderr yields to what stdout has pending
+			r.first = a.pumps[0] // under pipes: what stdout holds goes before stderr's output
 		}
 		a.pumps = append(a.pumps, r)
 	}

@@ -355,43 +355,68 @@ type reader struct {
 	logger   *zap.Logger
 	deadline drainDeadline
 
-	// busy: this reader has read output it has not passed on yet.
-	busy atomic.Bool
+	// mu is held from each read of the stream until what it read has been
+	// passed on; takeFirst holds it too. It is never held while waiting
+	// for output.
+	mu sync.Mutex
+	// outFailed and logFailed (under mu): a write to out or log failed, and
+	// the stream no longer goes there. Zero at the start: takeFirst may pass
+	// output on before run has begun.
+	outFailed, logFailed bool
 	// raw: src is non-blocking, and read uses readNonblock (run's goroutine
 	// only).
 	raw bool
-	// after, for stderr under pipes, is the stdout reader: output read from
-	// stderr is passed on after what stdout holds at that moment (see
-	// yield).
-	after *reader
+	// first, for stderr under pipes, is the stdout reader: before passing on
+	// what it read, stderr's reader passes on what stdout's pipe holds at
+	// that moment (see takeFirst).
+	first *reader
+	// firstBuf is takeFirst's buffer, used under first.mu.
+	firstBuf []byte
 }
 
-// yieldWait bounds how long stderr's output waits for stdout's.
-const yieldWait = 5 * time.Millisecond
-
-// yield waits, up to yieldWait, until o has passed on the output it has
-// read and none is left in its pipe. The order in which two pipes' output
-// is written is lost in the kernel, and two readers woken together run in
-// any order; when both have output, stdout's goes first: the progress and
-// phase lines a job prints come before the traceback it dies with on
-// stderr, and the classifier must see them in that order to tell the
-// phase of the failure (and output.log must show them so).
-func (r *reader) yield(o *reader) {
-	deadline := time.Now().Add(yieldWait)
-	for (o.busy.Load() || o.pending() > 0) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Microsecond)
+// takeFirst passes on, as o's output, what o's pipe holds now, and what o's
+// reader has read and not passed on yet (by waiting for o.mu). The order in
+// which two pipes were written is lost in the kernel, and two readers woken
+// together run in any order; stderr's reader calls this before passing on
+// its own output, so that stdout's output written before it goes first. The
+// progress and phase lines a job prints come before the traceback it dies
+// with on stderr, and the classifier must see them in that order to tell the
+// phase of the failure (and output.log must show them so). It reads o's pipe
+// itself rather than wait for o's reader to be scheduled, so no clock and no
+// load on the machine can reorder the two; it reads only what the pipe holds
+// on entry (FIONREAD), so a flood on stdout cannot hold stderr up.
+func (r *reader) takeFirst(o *reader) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rc, err := o.src.SyscallConn()
+	if err != nil {
+		return
 	}
-}
-
-// pending is the number of bytes waiting in the reader's pipe (FIONREAD).
-func (r *reader) pending() int {
-	n := 0
-	if rc, err := r.src.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
-		})
-	}
-	return n
+	// Control keeps the descriptor open (o's reader may have ended and the
+	// attempt closed the file) and, unlike Read, does not wait for o's
+	// reader, which may be parked in the poller.
+	_ = rc.Control(func(fd uintptr) {
+		left, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		if err != nil {
+			return
+		}
+		if r.firstBuf == nil && left > 0 {
+			r.firstBuf = make([]byte, readBufSize)
+		}
+		for left > 0 {
+			// At most what the pipe held: a read of a pipe with data in
+			// it returns at once, blocking descriptor or not.
+			n, err := unix.Read(int(fd), r.firstBuf[:min(left, len(r.firstBuf))])
+			if err == unix.EINTR {
+				continue
+			}
+			if n <= 0 {
+				return
+			}
+			o.pass(r.firstBuf[:n])
+			left -= n
+		}
+	})
 }
 
 // drainDeadline is the time after which a reader stops waiting for more
@@ -414,7 +439,6 @@ func (r *reader) setDeadline(ns int64) {
 
 func (r *reader) run() {
 	buf := make([]byte, readBufSize)
-	outOK, logOK := r.out != nil, r.log != nil
 	rc, err := r.src.SyscallConn()
 	if err != nil {
 		r.logger.Error("cannot read the job's output", zap.Int("stream", r.stream), zap.Error(err))
@@ -426,29 +450,13 @@ func (r *reader) run() {
 	for {
 		n, err := r.read(rc, buf)
 		if n > 0 {
-			if r.after != nil {
-				r.yield(r.after)
+			// read returned holding r.mu.
+			if r.first != nil {
+				r.takeFirst(r.first)
 			}
-			p := buf[:n]
-			if outOK {
-				if _, werr := r.out.Write(p); werr != nil {
-					outOK = false
-					r.logger.Warn("writing the job's output to the terminal failed; it still goes to the log",
-						zap.Int("stream", r.stream), zap.Error(werr))
-				}
-			}
-			if logOK {
-				if _, werr := r.log.Write(p); werr != nil {
-					logOK = false
-					r.logger.Error("writing the job's output to output.log failed; the log is incomplete",
-						zap.Error(werr))
-				}
-			}
-			if r.q != nil {
-				r.q.push(r.stream, p)
-			}
+			r.pass(buf[:n])
+			r.mu.Unlock()
 		}
-		r.busy.Store(false)
 		if err != nil {
 			if !endOfStream(err) {
 				r.logger.Warn("reading the job's output failed", zap.Int("stream", r.stream), zap.Error(err))
@@ -461,38 +469,65 @@ func (r *reader) run() {
 	}
 }
 
+// pass passes p on, as this reader's stream: to the terminal side, to the
+// log, and to the scanner queue. The caller holds r.mu.
+func (r *reader) pass(p []byte) {
+	if r.out != nil && !r.outFailed {
+		if _, werr := r.out.Write(p); werr != nil {
+			r.outFailed = true
+			r.logger.Warn("writing the job's output to the terminal failed; it still goes to the log",
+				zap.Int("stream", r.stream), zap.Error(werr))
+		}
+	}
+	if r.log != nil && !r.logFailed {
+		if _, werr := r.log.Write(p); werr != nil {
+			r.logFailed = true
+			r.logger.Error("writing the job's output to output.log failed; the log is incomplete",
+				zap.Error(werr))
+		}
+	}
+	if r.q != nil {
+		r.q.push(r.stream, p)
+	}
+}
+
 // read reads once. With nothing to read it waits in the runtime's poller
 // (the goroutine parks; no thread is held in a system call), until output
 // comes, the stream ends, or the drain deadline passes (the file's read
 // deadline, see setDeadline). Waiting in poll(2) on a thread of its own
 // instead cost the pty relay about a fifth of its throughput in scheduler
 // hand-offs (docs/performance.md, "Passthrough").
+//
+// Each read happens under r.mu. When read returns n > 0 it still holds r.mu,
+// and the caller unlocks it once the bytes are passed on; otherwise r.mu is
+// not held.
 func (r *reader) read(rc syscall.RawConn, buf []byte) (int, error) {
 	var n int
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
 		for {
-			r.busy.Store(true) // until run has passed the output on
+			r.mu.Lock()
 			if r.raw {
 				n, rerr = readNonblock(fd, buf)
 			} else {
 				n, rerr = unix.Read(int(fd), buf)
 			}
+			if n > 0 {
+				return true // holding r.mu
+			}
+			r.mu.Unlock()
 			switch rerr {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
-				r.busy.Store(false)
 				if d := r.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
 					n, rerr = 0, os.ErrDeadlineExceeded
 					return true
 				}
 				return false // wait in the poller
 			}
-			if n < 0 {
-				n = 0
-			}
-			if rerr == nil && n == 0 {
+			n = 0
+			if rerr == nil {
 				rerr = io.EOF
 			}
 			return true

@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"fmt"
+	"os"
 	"testing"
+
+	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/lines"
 )
@@ -55,5 +58,55 @@ func TestStdoutBeforeStderr(t *testing.T) {
 	}
 	if swapped > 0 {
 		t.Errorf("%d of %d runs saw stderr's line before stdout's", swapped, runs)
+	}
+}
+
+// The order of the two streams must not depend on when stdout's reader gets
+// to run (on a loaded machine it may not run for many milliseconds): here it
+// has not started at all when stderr's reader reads the traceback, and what
+// stdout's pipe held still goes first, once. Output written to stdout after
+// that is stdout's reader's own.
+func TestStderrPassesOnStdoutsPendingOutputFirst(t *testing.T) {
+	pipe := func() (*os.File, *os.File) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(); w.Close() })
+		return r, w
+	}
+	outR, outW := pipe()
+	errR, errW := pipe()
+	var log syncBuffer
+	q := newScanQueue(func() {})
+	stdout := &reader{stream: 1, src: outR, log: &lockedWriter{w: &log}, q: q, logger: zap.NewNop()}
+	stderr := &reader{stream: 2, src: errR, log: &lockedWriter{w: &log}, q: q, logger: zap.NewNop(), first: stdout}
+	write := func(f *os.File, s string) {
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(outW, "step 4/6\ngpuguard: phase=val\n")
+	write(errW, "RuntimeError: CUDA out of memory\n")
+	errW.Close()
+	stderr.run() // to the end of its stream, with stdout's reader not started
+	want := "step 4/6\ngpuguard: phase=val\nRuntimeError: CUDA out of memory\n"
+	if got := log.String(); got != want {
+		t.Fatalf("before stdout's reader ran, the log holds %q, want %q", got, want)
+	}
+
+	write(outW, "exiting\n")
+	outW.Close()
+	stdout.run()
+	want += "exiting\n"
+	if got := log.String(); got != want {
+		t.Fatalf("the log holds %q, want %q", got, want)
+	}
+	q.close() // both readers have ended, as the attempt closes it
+	var scanned []string
+	runScanner(q, func(stream int, l lines.Line) { scanned = append(scanned, fmt.Sprintf("%d:%s", stream, l.Text)) })
+	if w := "[1:step 4/6 1:gpuguard: phase=val 2:RuntimeError: CUDA out of memory 1:exiting]"; fmt.Sprint(scanned) != w {
+		t.Errorf("scanned %q, want %s", scanned, w)
 	}
 }
