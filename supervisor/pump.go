@@ -26,6 +26,11 @@ import (
 // feeds each stream's lines.Splitter and calls AttemptSpec.Scan; it is the
 // only goroutine that ever calls Scan.
 //
+// The bytes of a line past the splitter's length bound are never scanned, so
+// they are not queued either (see runTracker): a megabyte line without a
+// newline takes one chunk of the queue, not sixteen, and cannot push the
+// start of the line, or the lines before it, out of the queue.
+//
 // A drop leaves a gap in the scanned stream. The scanner keeps line numbers
 // in step with the log by feeding the splitter the newlines that were
 // dropped, with delivery switched off, and it withholds the first line after
@@ -68,6 +73,7 @@ type scanQueue struct {
 	held    int      // chunk buffers taken by the scanner and not released
 	closed  bool
 	gaps    [3]gap // per stream: bytes dropped since its last queued chunk
+	runs    [3]runTracker
 	dropped int64
 	onDrop  func() // called (under no lock) at the first drop
 	warned  bool
@@ -87,6 +93,21 @@ func newScanQueue(onDrop func()) *scanQueue {
 // queueChunks, so a flood costs at most 4 MiB and makes no garbage.
 func (q *scanQueue) push(stream int, p []byte) {
 	q.mu.Lock()
+	head, tail := q.runs[stream].elide(p)
+	if len(tail) == 0 {
+		q.pushLocked(stream, head)
+		return
+	}
+	if len(head) > 0 {
+		q.pushLocked(stream, head)
+		q.mu.Lock()
+	}
+	q.pushLocked(stream, tail)
+}
+
+// pushLocked is push after the elision; it is called holding q.mu and
+// returns having released it.
+func (q *scanQueue) pushLocked(stream int, p []byte) {
 	// Coalesce into the last queued chunk of the same stream while the
 	// scanner has not taken it and no gap separates them.
 	if n := len(q.items); n > 0 && q.gaps[stream].bytes == 0 {
@@ -125,6 +146,82 @@ func (q *scanQueue) push(stream int, p []byte) {
 	if first && q.onDrop != nil {
 		q.onDrop()
 	}
+}
+
+// runTracker follows, for one stream, the run of bytes since the last line
+// break ('\n' or '\r', where lines.Splitter ends a line or a frame). While the
+// run holds no escape sequence, every byte of it is line text to the
+// splitter, and once it is longer than lines.DefaultMax the splitter has
+// marked the line truncated and ignores every byte up to the next break:
+// elide leaves those bytes out of the queue. What the scanner sees is the
+// same either way (the line is delivered cut at the bound, Truncated, with
+// the same number), and no newline is ever left out, so line numbers stay
+// in step with the log.
+type runTracker struct {
+	n     int  // bytes since the last break
+	dirty bool // an escape byte in the run: its text length is unknown
+}
+
+// keep is how many bytes of a clean run are queued: one more than the
+// splitter keeps, so that it marks the line truncated.
+const keep = lines.DefaultMax + 1
+
+// elide returns what of p is queued: head, then tail. tail is nil unless
+// bytes were left out between them. head and tail are parts of p.
+func (r *runTracker) elide(p []byte) (head, tail []byte) {
+	head = p
+	// The common case: the run cannot pass the bound within p.
+	if r.dirty || r.n+len(p) <= keep {
+		r.advance(p)
+		return head, nil
+	}
+	// The first break in p ends the run.
+	end := len(p)
+	if i := bytes.IndexByte(p, '\n'); i >= 0 {
+		end = i
+	}
+	if i := bytes.IndexByte(p[:end], '\r'); i >= 0 {
+		end = i
+	}
+	if esc := bytes.IndexByte(p[:end], 0x1b); esc >= 0 && r.n+esc < keep {
+		// An escape sequence before the bound: its bytes are not text,
+		// and the run is left whole.
+		r.advance(p)
+		return head, nil
+	}
+	cut := max(0, keep-r.n) // bytes of the run still queued
+	if cut >= end {
+		r.advance(p)
+		return head, nil
+	}
+	head, tail = p[:cut], p[end:]
+	if len(tail) == 0 {
+		tail = nil
+		r.n += end
+	} else {
+		r.n = 0
+		r.dirty = false
+		r.advance(tail)
+	}
+	return head, tail
+}
+
+// advance follows the run through p, all of which is queued.
+func (r *runTracker) advance(p []byte) {
+	i := len(p) - 1
+	for ; i >= 0; i-- {
+		if c := p[i]; c == '\n' || c == '\r' {
+			break
+		}
+	}
+	if i < 0 {
+		r.n += len(p)
+		r.dirty = r.dirty || bytes.IndexByte(p, 0x1b) >= 0
+		return
+	}
+	rest := p[i+1:]
+	r.n = len(rest)
+	r.dirty = bytes.IndexByte(rest, 0x1b) >= 0
 }
 
 // dropOldest removes the oldest queued chunk and records its bytes as a gap
