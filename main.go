@@ -15,10 +15,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpuguard/gpuguard/explain"
-	"github.com/gpuguard/gpuguard/policies"
-	"github.com/gpuguard/gpuguard/report"
-	"github.com/gpuguard/gpuguard/supervisor"
+	"github.com/gpuguard/gpuguard/internal/explain"
+	"github.com/gpuguard/gpuguard/internal/presets"
+	"github.com/gpuguard/gpuguard/internal/report"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -152,7 +152,7 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 								fmt.Fprintln(stderr, "gpuguard policy check: give one policy file; usage: gpuguard policy check FILE")
 								return set(supervisor.ExitUsage)
 							}
-							return set(policies.Check(c.Args().First(), stdout, stderr))
+							return set(presets.Check(c.Args().First(), stdout, stderr))
 						},
 					},
 					{
@@ -160,14 +160,14 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 						Usage:     "print a commented starter policy for a command",
 						ArgsUsage: "-- COMMAND [ARGS...]",
 						Action: func(c *cli.Context) error {
-							return set(policies.Init(c.Args().Slice(), stdout, stderr))
+							return set(presets.Init(c.Args().Slice(), stdout, stderr))
 						},
 					},
 					{
 						Name:  "list",
 						Usage: "list the built-in presets",
 						Action: func(c *cli.Context) error {
-							return set(policies.List(stdout))
+							return set(presets.List(stdout))
 						},
 					},
 				},

@@ -22,7 +22,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuguard/gpuguard/supervisor/supervisortest"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/probes"
+	"github.com/gpuguard/gpuguard/internal/probes"
 )
 
 // Clock jumps. gpuguard measures durations with Go's monotonic clock

@@ -5,7 +5,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/internal/policy"
 )
 
 // A knob whose value in the user's YAML config is empty but anchored

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuguard/gpuguard/supervisor"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
 // testPolicy halves --batch-size on every GPU out-of-memory failure, with

@@ -21,8 +21,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuguard/gpuguard/supervisor"
-	"github.com/gpuguard/gpuguard/supervisor/supervisortest"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // The test binary plays every program the suite needs, chosen by its first

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/supervisor"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
 // The chatty job's output reaches gpuguard's stdout and stderr byte for

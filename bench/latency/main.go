@@ -33,7 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuguard/gpuguard/supervisor"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
 func main() {

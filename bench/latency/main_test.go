@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/supervisor"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
 // The test binary plays the benchmark's roles, as the built program does.

@@ -30,8 +30,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/gpuguard/gpuguard/policy"
-	"github.com/gpuguard/gpuguard/probes"
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes"
 )
 
 const gib = 1 << 30

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/internal/policy"
 )
 
 // What the comparison rests on, checked on every shape with the example

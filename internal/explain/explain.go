@@ -1,0 +1,488 @@
+// Package explain implements `gpuguard explain`: the classifier's verdict on
+// finished logs, in plain words or as JSON.
+//
+// It reads each log named on the command line ("-" is standard input),
+// whether or not it was written under gpuguard, gzip-compressed or not (a
+// gpuguard run directory, or its output.log, is read attempt by attempt), and
+// prints what happened (out-of-memory kind, or a crash that is not memory),
+// where (line, phase, rank, step), the figures the message printed in GiB,
+// and what to change. The classification is probes.ClassifyReader's; this
+// package only renders it.
+package explain
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+)
+
+// Exit statuses of Command.
+const (
+	ExitOK      = 0  // every log was read (whatever it shows)
+	ExitNoInput = 66 // a log could not be opened or read (EX_NOINPUT)
+	ExitIO      = 74 // the output could not be written (EX_IOERR)
+)
+
+// Options are the inputs of `gpuguard explain`.
+type Options struct {
+	Paths  []string // log files; "-" is stdin
+	JSON   bool
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Command runs `gpuguard explain` and returns its exit status: ExitOK when
+// every log could be read, even when a log shows a failure; ExitNoInput when
+// a log is missing or unreadable (the others are still explained, and the
+// message on stderr names the file); ExitIO when stdout cannot be written.
+func Command(o Options) int {
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	out := bufio.NewWriter(o.Stdout)
+	status := ExitOK
+	stdinUsed := false
+	first := true
+	for _, path := range o.Paths {
+		results, err := explainPath(path, o.Stdin, &stdinUsed)
+		if err != nil {
+			fmt.Fprintf(o.Stderr, "gpuguard explain: %v\n", err)
+			status = ExitNoInput
+			continue
+		}
+		for _, r := range results {
+			if o.JSON {
+				err = writeJSON(out, r)
+			} else {
+				if !first {
+					out.WriteString("\n")
+				}
+				err = writeText(out, r)
+			}
+			first = false
+			if err == nil {
+				err = out.Flush()
+			}
+			if err != nil {
+				fmt.Fprintf(o.Stderr, "gpuguard explain: writing the result for %s: %v\n", displayName(path), err)
+				return ExitIO
+			}
+		}
+	}
+	return status
+}
+
+// result is the verdict on one log, or on one attempt's part of a run
+// directory's output.log (Attempt > 0).
+type result struct {
+	File    string
+	Attempt int
+	Verdict probes.Verdict
+}
+
+// explainPath explains a log file, or a gpuguard run directory (or the
+// output.log inside one) attempt by attempt: every attempt_start event in
+// its events.jsonl says where that attempt's output begins in output.log.
+// A run written before gpuguard recorded those offsets is explained whole.
+func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error) {
+	if path != "-" {
+		dir := ""
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			dir = path
+		} else if filepath.Base(path) == rundir.OutputLog {
+			dir = filepath.Dir(path)
+		}
+		if dir != "" {
+			attempts, err := runAttempts(dir)
+			if err != nil {
+				return nil, err
+			}
+			if len(attempts) > 0 {
+				return explainRun(dir, attempts)
+			}
+			path = filepath.Join(dir, rundir.OutputLog)
+		}
+	}
+	v, err := explainOne(path, stdin, stdinUsed)
+	if err != nil {
+		return nil, err
+	}
+	return []result{{File: path, Verdict: v}}, nil
+}
+
+// attemptSpan is where one attempt's output lies in output.log.
+type attemptSpan struct {
+	attempt int
+	offset  int64
+}
+
+// runAttempts reads the attempts' output offsets from dir's events.jsonl. It
+// returns none for a directory without events.jsonl next to output.log
+// (not a run directory) or whose attempts carry no offsets; lines that are
+// not JSON are skipped (the journal may end in a torn write).
+func runAttempts(dir string) ([]attemptSpan, error) {
+	f, err := os.Open(filepath.Join(dir, rundir.Events))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, lerr := os.Stat(filepath.Join(dir, rundir.OutputLog)); lerr != nil {
+				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, rundir.OutputLog)
+			}
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, rundir.Events), unwrapPath(err))
+	}
+	defer f.Close()
+	var spans []attemptSpan
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev struct {
+			Type      string `json:"type"`
+			Attempt   int    `json:"attempt"`
+			LogOffset *int64 `json:"log_offset"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Type != "attempt_start" {
+			continue
+		}
+		if ev.LogOffset == nil {
+			return nil, nil // written by a gpuguard that did not record offsets
+		}
+		spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, rundir.Events), err)
+	}
+	return spans, nil
+}
+
+// explainRun classifies each attempt's part of dir's output.log on its own,
+// so that a failure the next attempt recovered from is that attempt's
+// verdict, not an earlier failure "the job survived".
+func explainRun(dir string, spans []attemptSpan) ([]result, error) {
+	logPath := filepath.Join(dir, rundir.OutputLog)
+	f, err := os.Open(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
+	}
+	defer f.Close()
+	out := make([]result, 0, len(spans))
+	for i, s := range spans {
+		var r io.Reader = io.NewSectionReader(f, s.offset, 1<<62)
+		if i+1 < len(spans) {
+			r = io.NewSectionReader(f, s.offset, max(spans[i+1].offset-s.offset, 0))
+		}
+		v, err := probes.ClassifyReader(r, probes.ClassifierOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
+		}
+		out = append(out, result{File: logPath, Attempt: s.attempt, Verdict: v})
+	}
+	return out, nil
+}
+
+func displayName(path string) string {
+	if path == "-" {
+		return "standard input"
+	}
+	return path
+}
+
+// explainOne classifies one log. Its errors name the log and say what to do.
+func explainOne(path string, stdin io.Reader, stdinUsed *bool) (probes.Verdict, error) {
+	var r io.Reader
+	if path == "-" {
+		if stdin == nil {
+			return probes.Verdict{}, errors.New("no standard input to read the log \"-\" from")
+		}
+		if *stdinUsed {
+			return probes.Verdict{}, errors.New(`"-" (standard input) is named more than once; it can be read only once`)
+		}
+		*stdinUsed = true
+		r = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: %w", path, unwrapPath(err))
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: it is a directory; name the log file inside it", path)
+		}
+		r = f
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	src := io.Reader(br)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: it looks gzip-compressed but is not valid gzip: %w", displayName(path), err)
+		}
+		defer zr.Close()
+		src = zr
+	}
+	v, err := probes.ClassifyReader(src, probes.ClassifierOptions{})
+	if err != nil {
+		return probes.Verdict{}, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
+	}
+	return v, nil
+}
+
+// unwrapPath drops the *PathError wrapper, whose message repeats the path.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// jsonVerdict is the --json object: the Verdict with the file it is about,
+// the phase as null when none, and empty lists as [] rather than null.
+type jsonVerdict struct {
+	File    string `json:"file"`
+	Attempt int    `json:"attempt,omitempty"` // in a run directory: the attempt, from 1
+	probes.Verdict
+	Phase       *probes.Phase      `json:"phase"`
+	Phases      []probes.PhaseMark `json:"phases"`
+	Suggestions []string           `json:"suggestions"`
+}
+
+func writeJSON(w io.Writer, r result) error {
+	v := r.Verdict
+	j := jsonVerdict{File: r.File, Attempt: r.Attempt, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions}
+	if v.Phase != probes.PhaseNone {
+		p := v.Phase
+		j.Phase = &p
+	}
+	if j.Phases == nil {
+		j.Phases = []probes.PhaseMark{}
+	}
+	if j.Suggestions == nil {
+		j.Suggestions = []string{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(j)
+}
+
+// kindTitle is the headline of a kind.
+func kindTitle(v probes.Verdict) string {
+	switch v.Kind {
+	case probes.KindGPUOOM:
+		return "GPU out of memory"
+	case probes.KindCPUAllocOOM:
+		return "host memory allocation failed"
+	case probes.KindHostOOM:
+		return "killed for host memory"
+	case probes.KindCrash:
+		return "failed, not for memory"
+	}
+	return "no failure found"
+}
+
+const wrapWidth = 100
+
+// writeText renders a verdict for a person.
+func writeText(w *bufio.Writer, r result) error {
+	v := r.Verdict
+	name := displayName(r.File)
+	if r.Attempt > 0 {
+		name += fmt.Sprintf(", attempt %d", r.Attempt)
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", name, kindTitle(v), v.Kind)
+	field := func(name, value string) {
+		if value == "" {
+			return
+		}
+		lines := wrap(value, wrapWidth-12)
+		for i, l := range lines {
+			if i == 0 {
+				fmt.Fprintf(w, "  %-10s%s\n", name, l)
+			} else {
+				fmt.Fprintf(w, "  %-10s%s\n", "", l)
+			}
+		}
+	}
+	if v.Kind != probes.KindNone {
+		field("cause", v.Reason)
+	}
+	field("where", whereText(v))
+	if v.Text != "" {
+		field("line", clip(v.Text, 240))
+	}
+	for i, m := range memoryText(v) {
+		if i == 0 {
+			field("memory", m)
+		} else {
+			field("", m)
+		}
+	}
+	field("phases", phasesText(v.Phases))
+	field("diagnosis", v.Diagnosis)
+	if len(v.Suggestions) > 0 {
+		fmt.Fprintf(w, "  %s\n", "what to change:")
+		for _, s := range v.Suggestions {
+			for i, l := range wrap(s, wrapWidth-8) {
+				if i == 0 {
+					fmt.Fprintf(w, "    - %s\n", l)
+				} else {
+					fmt.Fprintf(w, "      %s\n", l)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func whereText(v probes.Verdict) string {
+	var parts []string
+	if v.Line > 0 {
+		parts = append(parts, fmt.Sprintf("line %d", v.Line))
+	}
+	phase := "none"
+	if v.Phase != probes.PhaseNone {
+		phase = string(v.Phase)
+	}
+	parts = append(parts, "phase "+phase)
+	if v.Rank != nil {
+		parts = append(parts, fmt.Sprintf("rank %d", *v.Rank))
+	}
+	if v.Host != "" {
+		parts = append(parts, "host "+v.Host)
+	}
+	if v.Step != nil {
+		parts = append(parts, fmt.Sprintf("step %d", *v.Step))
+	}
+	if v.Epoch != nil {
+		parts = append(parts, fmt.Sprintf("epoch %d", *v.Epoch))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// gib formats bytes in GiB, as the diagnosis does.
+func gib(b int64) string {
+	g := float64(b) / (1 << 30)
+	if b != 0 && b < 100<<20 {
+		return fmt.Sprintf("%.2f GiB (%.2f MiB)", g, float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", g)
+}
+
+func memoryText(v probes.Verdict) []string {
+	o := v.OOM
+	if o == nil {
+		return nil
+	}
+	var out []string
+	var first []string
+	if o.RequestedBytes != nil {
+		first = append(first, "requested "+gib(*o.RequestedBytes))
+	}
+	if o.Device != nil {
+		first = append(first, "on "+*o.Device)
+	}
+	if len(first) > 0 {
+		out = append(out, strings.Join(first, " "))
+	}
+	var dev []string
+	if o.TotalBytes != nil {
+		dev = append(dev, gib(*o.TotalBytes)+" total")
+	}
+	if o.FreeBytes != nil {
+		dev = append(dev, gib(*o.FreeBytes)+" free")
+	}
+	if len(dev) > 0 {
+		out = append(out, "device: "+strings.Join(dev, ", "))
+	}
+	var held []string
+	if o.InUseBytes != nil {
+		held = append(held, "this process "+gib(*o.InUseBytes)+" in use")
+	}
+	if o.AllocatedBytes != nil {
+		held = append(held, gib(*o.AllocatedBytes)+" allocated")
+	}
+	if o.ReservedUnallocatedBytes != nil {
+		held = append(held, gib(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
+	}
+	if o.ReservedTotalBytes != nil {
+		held = append(held, gib(*o.ReservedTotalBytes)+" reserved in total")
+	}
+	if len(held) > 0 {
+		out = append(out, "held: "+strings.Join(held, ", "))
+	}
+	for _, p := range o.OtherProcesses {
+		out = append(out, fmt.Sprintf("other process %d: %s", p.PID, gib(p.Bytes)))
+	}
+	if o.RequestedBytes != nil && o.ReservedUnallocatedBytes != nil {
+		yes := "no"
+		if v.Fragmentation {
+			yes = "yes"
+		}
+		out = append(out, "fragmentation: "+yes)
+	}
+	return out
+}
+
+func phasesText(ms []probes.PhaseMark) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	const show = 6
+	var parts []string
+	for i, m := range ms {
+		if len(ms) > show && i == show/2 {
+			parts = append(parts, fmt.Sprintf("... (%d more)", len(ms)-show))
+		}
+		if len(ms) > show && i >= show/2 && i < len(ms)-show/2 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s from line %d", m.Phase, m.Line))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// clip shortens s to at most n bytes (at a character boundary), marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// wrap breaks s into lines of at most width bytes at spaces (a longer word
+// gets a line of its own).
+func wrap(s string, width int) []string {
+	words := strings.Fields(s)
+	if len(words) == 0 {
+		return nil
+	}
+	var out []string
+	cur := words[0]
+	for _, wd := range words[1:] {
+		if len(cur)+1+len(wd) > width {
+			out = append(out, cur)
+			cur = wd
+			continue
+		}
+		cur += " " + wd
+	}
+	return append(out, cur)
+}

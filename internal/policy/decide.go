@@ -1,0 +1,503 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/probes"
+)
+
+// Verb is what to do after an attempt.
+type Verb string
+
+const (
+	Done     Verb = "done"     // the job succeeded: nothing to do
+	Relaunch Verb = "relaunch" // start the job again with Decision.State.Values, after Decision.Backoff
+	GiveUp   Verb = "give_up"  // stop and exit with the job's own status
+)
+
+// Outcome is what the supervisor knows about an attempt that ended.
+type Outcome struct {
+	Verdict probes.Verdict // the classifier's verdict on the attempt's output and exit
+	Exit    probes.Exit
+	Attempt int // 1-based number of the attempt that ended
+	// StartStep is the training step of the checkpoint the attempt resumed
+	// from (nil: started from scratch or unknown); LastStep is the last step
+	// it printed (nil: none seen).
+	StartStep, LastStep *int64
+	// Peaks is the highest fraction of GPU memory in use per phase during
+	// the attempt; a missing phase or 0 means unknown.
+	Peaks map[probes.Phase]float64
+	// Terminated: gpuguard itself received a terminating signal (Slurm
+	// preemption, scancel, Ctrl-C). Such a job is never relaunched.
+	Terminated bool
+	// Rand is a uniform random number in [0,1) for the backoff's jitter.
+	// The supervisor draws it; the policy reads no randomness of its own.
+	Rand float64
+}
+
+// State is what a run remembers between attempts, and what state.json
+// keeps so that a requeued run continues with the settings that fit. It is
+// JSON-serialisable. Decide never changes the State it is given.
+type State struct {
+	Relaunches int                  `json:"relaunches"`        // relaunches so far, all causes
+	ByKind     map[probes.Kind]int  `json:"by_kind,omitempty"` // relaunches per failure kind
+	NoProgress int                  `json:"no_progress"`       // relaunches after attempts that made no progress
+	Rules      map[string]RuleState `json:"rules,omitempty"`   // escalation position per rule name
+	Values     Values               `json:"values"`            // current knob values (and EnvKey variables)
+}
+
+// RuleState is a rule's progress through its steps.
+type RuleState struct {
+	Step  int   `json:"step"`           // 0-based index of the step tried first at the next firing
+	Fired int   `json:"fired"`          // how often the rule fired
+	Acts  []int `json:"acts,omitempty"` // how often each step acted, for times:
+}
+
+// NewState returns the state of a run before its first attempt, holding a
+// copy of the starting values (from Start).
+func NewState(vals Values) State {
+	return State{Values: vals.Clone(), ByKind: map[probes.Kind]int{}, Rules: map[string]RuleState{}}
+}
+
+func (st State) clone() State {
+	out := st
+	out.Values = st.Values.Clone()
+	out.ByKind = maps.Clone(st.ByKind)
+	if out.ByKind == nil {
+		out.ByKind = map[probes.Kind]int{}
+	}
+	out.Rules = make(map[string]RuleState, len(st.Rules))
+	for k, r := range st.Rules {
+		r.Acts = slices.Clone(r.Acts)
+		out.Rules[k] = r
+	}
+	return out
+}
+
+// Change is one setting a decision changes.
+type Change struct {
+	Knob string `json:"knob,omitempty"` // the knob changed, or
+	Env  string `json:"env,omitempty"`  // the environment variable changed by an env action
+	Old  string `json:"old"`            // as shown to people: "unset", the null label, or the text
+	New  string `json:"new"`
+	// Compensation: this change keeps the product with the previous change's
+	// knob (the effective batch size) as it was.
+	Compensation bool   `json:"compensation,omitempty"`
+	Note         string `json:"note,omitempty"` // e.g. why a product could not be kept exactly
+}
+
+func (c Change) String() string {
+	name := c.Knob
+	if name == "" {
+		name = c.Env
+	}
+	return name + " " + c.Old + "→" + c.New
+}
+
+// Decision is what to do after an attempt, and why.
+type Decision struct {
+	Verb    Verb          `json:"verb"`
+	Rule    string        `json:"rule,omitempty"` // Relaunch: the rule that fired
+	Step    int           `json:"step,omitempty"` // Relaunch: its 1-based step
+	Changes []Change      `json:"changes,omitempty"`
+	Backoff time.Duration `json:"backoff,omitempty"` // Relaunch: wait this long first
+	Reason  string        `json:"reason"`
+	State   State         `json:"state"` // the state after this decision
+}
+
+// Describe is the decision in one line for people, e.g.
+// "rule val-oom step 1: val_crop_size full→256, batch_size 64→32
+// (grad_accum 1→2); relaunching in 7.2s".
+func (d Decision) Describe() string {
+	switch d.Verb {
+	case Relaunch:
+		var b strings.Builder
+		fmt.Fprintf(&b, "rule %s step %d: %s", d.Rule, d.Step, describeChanges(d.Changes))
+		for _, c := range d.Changes {
+			if c.Note != "" {
+				fmt.Fprintf(&b, "; %s", c.Note)
+			}
+		}
+		if d.Backoff > 0 {
+			fmt.Fprintf(&b, "; relaunching in %s", d.Backoff.Round(100*time.Millisecond))
+		}
+		return b.String()
+	case Done:
+		return "done: " + d.Reason
+	}
+	return "giving up: " + d.Reason
+}
+
+// Decide says what to do after an attempt ended with out, given the run's
+// state st. It is a pure function of its arguments.
+//
+// In order: an attempt that exited 0 is Done (even if it printed an OOM it
+// recovered from). A run whose supervisor was told to stop (out.Terminated)
+// gives up: preemption never relaunches. A failure the classifier did not
+// recognise counts as a crash. Budgets are checked next: relaunches overall,
+// per failure kind (budget.per_kind), crashes (budget.crash, 0 by default:
+// crashes are not retried), and the no-progress guard (an attempt that
+// resumed from step S and printed no step beyond S counts against
+// budget.no_progress). Then the rules are tried in order: the first that
+// matches and has a step, from its current position, that can still act
+// fires; the first such step's actions are applied to the values. A step
+// stays the rule's position while it can act again (halving repeats until
+// its floor), and the rule moves on when it cannot. When no rule fires the
+// decision is GiveUp, and the Reason says whether nothing matched or every
+// matching rule was at its floors.
+//
+// Relaunch decisions carry the backoff: backoff.initial × factor^n for the
+// n-th relaunch (from 0), at most backoff.max, spread by ±jitter using
+// out.Rand, and never above max.
+func (p *Policy) Decide(st State, out Outcome) Decision {
+	st = st.clone()
+	d := Decision{State: st}
+	kind := out.Verdict.Kind
+	if out.Exit.Code == 0 && out.Exit.Signal == 0 {
+		d.Verb, d.Reason = Done, "the job exited with status 0"
+		return d
+	}
+	d.Verb = GiveUp
+	if out.Terminated {
+		d.Reason = fmt.Sprintf("gpuguard was told to stop (preemption, cancel or Ctrl-C): the job is not relaunched; its status %d is passed on", out.Exit.Code)
+		return d
+	}
+	if kind == "" || kind == probes.KindNone {
+		kind = probes.KindCrash
+	}
+	what := describeFailure(kind, out)
+	if st.Relaunches >= p.budget.relaunches {
+		d.Reason = fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
+		return d
+	}
+	if kind == probes.KindCrash && p.budget.crash == 0 {
+		d.Reason = fmt.Sprintf("%s: not a memory failure, and the policy does not retry crashes (budget.crash is 0); status %d is passed on", what, out.Exit.Code)
+		return d
+	}
+	limit, limited := p.budget.perKind[kind]
+	if kind == probes.KindCrash {
+		limit, limited = p.budget.crash, true
+	}
+	if limited && st.ByKind[kind] >= limit {
+		d.Reason = fmt.Sprintf("%s; budget for %s exhausted (%d/%d)", what, kind, st.ByKind[kind], limit)
+		return d
+	}
+	noProgress := out.StartStep != nil && out.LastStep != nil && *out.LastStep <= *out.StartStep
+	if noProgress && st.NoProgress >= p.budget.noProgress {
+		d.Reason = fmt.Sprintf("%s; attempt %d resumed from step %d and got no further, and the no-progress budget is exhausted (%d/%d)", what, out.Attempt, *out.StartStep, st.NoProgress, p.budget.noProgress)
+		return d
+	}
+
+	var floors []string
+	matched := 0
+	for _, r := range p.rules {
+		if !r.when.matches(kind, out) {
+			continue
+		}
+		matched++
+		rs := st.Rules[r.name]
+		for i := rs.Step; i < len(r.steps); i++ {
+			s := r.steps[i]
+			if s.times > 0 && i < len(rs.Acts) && rs.Acts[i] >= s.times {
+				floors = append(floors, fmt.Sprintf("rule %s step %d acted its %d time(s)", r.name, i+1, s.times))
+				continue
+			}
+			vals, changes, why := p.applyStep(s, st.Values)
+			if why != "" {
+				floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, i+1, why))
+				continue
+			}
+			for len(rs.Acts) <= i {
+				rs.Acts = append(rs.Acts, 0)
+			}
+			rs.Step, rs.Fired = i, rs.Fired+1
+			rs.Acts[i]++
+			st.Rules[r.name] = rs
+			st.Values = vals
+			st.ByKind[kind]++
+			if noProgress {
+				st.NoProgress++
+			}
+			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
+			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
+			st.Relaunches++
+			d.Reason = fmt.Sprintf("%s matched rule %s (step %d of %d); relaunch %d of %d", what, r.name, i+1, len(r.steps), st.Relaunches, p.budget.relaunches)
+			if limited {
+				d.Reason += fmt.Sprintf(", %s %d of %d", kind, st.ByKind[kind], limit)
+			}
+			if noProgress {
+				d.Reason += fmt.Sprintf(", no progress %d of %d", st.NoProgress, p.budget.noProgress)
+			}
+			d.State = st
+			return d
+		}
+	}
+	if matched == 0 {
+		d.Reason = fmt.Sprintf("no rule matches %s; status %d is passed on", what, out.Exit.Code)
+	} else {
+		d.Reason = fmt.Sprintf("%s: every matching rule is at its floors (%s); status %d is passed on", what, strings.Join(floors, "; "), out.Exit.Code)
+	}
+	return d
+}
+
+// describeFailure is "gpu_oom in val (rank 1, fragmentation)" for reasons.
+func describeFailure(kind probes.Kind, out Outcome) string {
+	v := out.Verdict
+	phase := string(v.Phase)
+	if phase == "" {
+		phase = "an unknown phase"
+	}
+	var extra []string
+	if v.Rank != nil {
+		extra = append(extra, fmt.Sprintf("rank %d", *v.Rank))
+	}
+	if v.Fragmentation {
+		extra = append(extra, "fragmentation")
+	}
+	if v.OtherProcesses {
+		extra = append(extra, "other processes on the GPU")
+	}
+	s := fmt.Sprintf("attempt %d: %s in %s", out.Attempt, kind, phase)
+	if len(extra) > 0 {
+		s += " (" + strings.Join(extra, ", ") + ")"
+	}
+	return s
+}
+
+func (m match) matches(kind probes.Kind, out Outcome) bool {
+	v := out.Verdict
+	switch {
+	case m.kinds != nil && !slices.Contains(m.kinds, kind):
+		return false
+	case m.phases != nil && !slices.Contains(m.phases, v.Phase):
+		return false
+	case m.fragmentation != nil && *m.fragmentation != v.Fragmentation:
+		return false
+	case m.otherProcesses != nil && *m.otherProcesses != v.OtherProcesses:
+		return false
+	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
+		return false
+	case m.attempt != nil && !m.attempt.holds(out.Attempt):
+		return false
+	}
+	for _, pk := range m.peaks {
+		if !(out.Peaks[pk.phase] > pk.over) {
+			return false
+		}
+	}
+	return true
+}
+
+func (b backoff) wait(n int, r float64) time.Duration {
+	d := float64(b.initial) * math.Pow(b.factor, float64(n))
+	if d > float64(b.max) {
+		d = float64(b.max)
+	}
+	r = min(max(r, 0), 1)
+	d *= 1 + b.jitter*(2*r-1)
+	d = min(max(d, 0), float64(b.max))
+	return time.Duration(d)
+}
+
+// applyStep applies a step's actions in order to a copy of vals. The step
+// acts when at least one action changes something; why is "" then, and
+// otherwise says why each action could not act.
+func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
+	vals = vals.Clone()
+	var changes []Change
+	var whys []string
+	acted := false
+	for _, a := range s.actions {
+		c, why := p.apply(a, vals)
+		if why != "" {
+			whys = append(whys, why)
+			continue
+		}
+		acted = true
+		changes = append(changes, c...)
+	}
+	if !acted {
+		return nil, nil, strings.Join(whys, "; ")
+	}
+	return vals, changes, ""
+}
+
+// apply applies one action to vals (changed in place). It returns the
+// changes, or why the action cannot act: a knob at its floor or ceiling, a
+// value that is already what set would write, a value that is not a
+// positive number.
+func (p *Policy) apply(a action, vals Values) ([]Change, string) {
+	switch a.verb {
+	case "retry":
+		return nil, ""
+	case "set":
+		var out []Change
+		var same []string
+		for _, s := range a.sets {
+			k := p.knobByName[s.name]
+			cur, had := vals[s.name]
+			if had && cur == s.value {
+				same = append(same, fmt.Sprintf("%s is already %s", s.name, k.show(cur, true)))
+				continue
+			}
+			vals[s.name] = s.value
+			out = append(out, Change{Knob: s.name, Old: k.show(cur, had), New: k.show(s.value, true)})
+		}
+		if len(out) == 0 {
+			return nil, strings.Join(same, ", ")
+		}
+		return out, ""
+	case "set_env", "merge_env":
+		var out []Change
+		var same []string
+		for _, s := range a.sets {
+			cur, had := vals[EnvKey(s.name)]
+			had = had && !cur.Null
+			next := s.value
+			if a.verb == "merge_env" {
+				if had && containsOptions(cur.Text, s.value.Text) {
+					same = append(same, fmt.Sprintf("%s already has %s", s.name, s.value.Text))
+					continue
+				}
+				next = Value{Text: mergeOptions(cur.Text, s.value.Text)}
+			} else if (had && !next.Null && cur.Text == next.Text) || (!had && next.Null) {
+				same = append(same, fmt.Sprintf("%s is already %s", s.name, showEnv(next, !next.Null)))
+				continue
+			}
+			vals[EnvKey(s.name)] = next
+			out = append(out, Change{Env: s.name, Old: showEnv(cur, had), New: showEnv(next, !next.Null)})
+		}
+		if len(out) == 0 {
+			return nil, strings.Join(same, ", ")
+		}
+		return out, ""
+	}
+	return p.scaleKnob(a, vals)
+}
+
+func showEnv(v Value, had bool) string {
+	if !had {
+		return "unset"
+	}
+	return v.Text
+}
+
+// containsOptions reports whether every key:value option of add is in have.
+func containsOptions(have, add string) bool {
+	h := parseOptions(have)
+	for _, o := range parseOptions(add) {
+		if !slices.Contains(h, o) {
+			return false
+		}
+	}
+	return true
+}
+
+// scaleKnob applies halve, scale and cut_workers.
+//
+// The new value is the old times the factor. For a whole number it is
+// rounded (round: down by default, up or nearest), then to a multiple of
+// multiple_of in the same direction, then held within min and max. Whole
+// numbers have an implicit min of 1 (0 for cut_workers) so that a batch is
+// never halved to nothing. When the result equals the old value the knob is
+// at its floor (or ceiling) and the action cannot act.
+//
+// With compensate, the other knob is changed so that the product of the
+// two (the effective batch: batch size × accumulation steps) stays the
+// same: its new value is product ÷ new value when that divides evenly, and
+// otherwise the nearest whole number (halves round up, so the effective
+// batch never shrinks by rounding), with a Note saying by how much the
+// product moved. Both knobs must hold positive whole numbers.
+func (p *Policy) scaleKnob(a action, vals Values) ([]Change, string) {
+	k := p.knobByName[a.knob]
+	cur, had := vals[a.knob]
+	if !had {
+		return nil, a.knob + " has no value (the command does not set it)"
+	}
+	n, ok := parseNumber(cur)
+	if !ok {
+		return nil, fmt.Sprintf("%s is %s, not a number", a.knob, k.show(cur, true))
+	}
+	if n.f <= 0 {
+		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
+	}
+	next := n.f * a.by
+	if n.isInt {
+		next = roundTo(next, 1, a.round)
+		if a.multipleOf > 1 {
+			next = roundTo(next, float64(a.multipleOf), a.round)
+		}
+	}
+	lo := math.Inf(-1)
+	if a.min != nil {
+		lo = *a.min
+	} else if n.isInt {
+		lo = 1
+		if a.verb == "cut_workers" {
+			lo = 0
+		}
+	}
+	hi := math.Inf(1)
+	if a.max != nil {
+		hi = *a.max
+	}
+	rounded := next
+	next = min(max(next, lo), hi)
+	switch {
+	case (next-n.f)*(a.by-1) < 0:
+		// min or max pulls the value the wrong way (it is already below min
+		// or above max): leave it rather than grow what should shrink.
+		if next > n.f {
+			return nil, fmt.Sprintf("%s is %s, already below min %s", a.knob, cur.Text, formatNumber(lo, n.isInt))
+		}
+		return nil, fmt.Sprintf("%s is %s, already above max %s", a.knob, cur.Text, formatNumber(hi, n.isInt))
+	case next != n.f:
+	case rounded != next && a.by < 1:
+		return nil, fmt.Sprintf("%s is %s, at its floor (min %s)", a.knob, cur.Text, formatNumber(lo, n.isInt))
+	case rounded != next:
+		return nil, fmt.Sprintf("%s is %s, at its ceiling (max %s)", a.knob, cur.Text, formatNumber(hi, n.isInt))
+	default:
+		return nil, fmt.Sprintf("%s is %s, and ×%g rounds back to it", a.knob, cur.Text, a.by)
+	}
+	newVal := Value{Text: formatNumber(next, n.isInt)}
+	changes := []Change{{Knob: a.knob, Old: cur.Text, New: newVal.Text}}
+	if a.compensate != "" {
+		ck := p.knobByName[a.compensate]
+		ccur, chad := vals[a.compensate]
+		if !chad {
+			return nil, fmt.Sprintf("%s cannot compensate: it has no value", a.compensate)
+		}
+		cn, ok := parseNumber(ccur)
+		if !ok || !cn.isInt || cn.f < 1 || !n.isInt {
+			return nil, fmt.Sprintf("cannot keep %s × %s: both must be positive whole numbers (%s, %s)", a.knob, a.compensate, cur.Text, ck.show(ccur, true))
+		}
+		product := n.f * cn.f
+		cnext := math.Max(1, math.Floor(product/next+0.5))
+		c := Change{Knob: a.compensate, Old: ccur.Text, New: formatNumber(cnext, true), Compensation: true}
+		if got := next * cnext; got != product {
+			c.Note = fmt.Sprintf("effective batch %s → %s: %s is not divisible by %s", formatNumber(product, true), formatNumber(got, true), formatNumber(product, true), newVal.Text)
+		}
+		vals[a.compensate] = Value{Text: c.New}
+		changes = append(changes, c)
+	}
+	vals[a.knob] = newVal
+	return changes, ""
+}
+
+func roundTo(x, m float64, how string) float64 {
+	q := x / m
+	switch how {
+	case "up":
+		q = math.Ceil(q - 1e-9)
+	case "nearest":
+		q = math.Floor(q + 0.5)
+	default:
+		q = math.Floor(q + 1e-9)
+	}
+	return q * m
+}

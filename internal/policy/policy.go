@@ -1,0 +1,270 @@
+// Package policy is gpuguard's declarative retry policy: the schema of a
+// policy file (gpuguard.yaml), strict loading with file:line:col errors, the
+// knobs of a job and where each lives in its command (a flag, a key=value
+// word, an environment variable, a key in a YAML config file), the actions a
+// rule applies to them, and the decision taken after each attempt.
+//
+// The package is pure: it starts no processes, reads no clocks, reads no
+// files and no environment of its own. The supervisor passes the job's
+// command and environment in a Job, file contents through a FileReader, and
+// random numbers in an Outcome; it writes the derived config files that
+// Render returns. Everything here can therefore be tested with tables.
+//
+// The file format is described in docs/policy.md.
+package policy
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuguard/gpuguard/internal/probes"
+)
+
+// Version is the policy file format version this package reads.
+const Version = 1
+
+// Policy is a parsed, validated policy file. It is immutable: Decide takes a
+// State and returns the next one, so one Policy can serve many runs.
+type Policy struct {
+	file        string
+	description string
+	knobs       []*knob
+	knobByName  map[string]*knob
+	rules       []*rule
+	budget      budget
+	backoff     backoff
+	oomGrace    time.Duration
+	sampling    Sampling
+	phases      []probes.PhasePattern
+	ckpt        CheckpointSpec
+	envVars     []string // variables named by set_env and merge_env actions, first use first
+	ckptPass    pass
+	slurm       Slurm
+}
+
+// File returns the file name the policy was parsed from, as given to Parse.
+func (p *Policy) File() string { return p.file }
+
+// Description returns the policy's description: line, or "".
+func (p *Policy) Description() string { return p.description }
+
+// Knobs returns the knob names in the order the file defines them.
+func (p *Policy) Knobs() []string {
+	out := make([]string, len(p.knobs))
+	for i, k := range p.knobs {
+		out[i] = k.name
+	}
+	return out
+}
+
+// Rules returns the rule names in the order the file defines them (the order
+// in which they are tried).
+func (p *Policy) Rules() []string {
+	out := make([]string, len(p.rules))
+	for i, r := range p.rules {
+		out[i] = r.name
+	}
+	return out
+}
+
+// OOMGrace is how long the job gets to exit by itself after an out-of-memory
+// line before the supervisor stops it (policy key oom_grace, default 30s).
+// Frameworks often print the error, then spend a while in cleanup or in
+// other ranks' collective timeouts; the grace bounds that.
+func (p *Policy) OOMGrace() time.Duration { return p.oomGrace }
+
+// Sampling says how often the supervisor samples memory.
+type Sampling struct {
+	BaseHz     float64       // normal rate (sampling.base_hz, default 1)
+	ValHz      float64       // rate during validation (sampling.val_hz, default 20): peaks there are short
+	FastWindow time.Duration // after any phase change, sample at ValHz for this long (sampling.fast_window, default 5s)
+}
+
+// Sampling returns the memory sampling rates.
+func (p *Policy) Sampling() Sampling { return p.sampling }
+
+// PhasePatterns returns the policy's extra phase markers (key phases), in
+// file order. Each Regexp has been checked to compile with package regexp.
+func (p *Policy) PhasePatterns() []probes.PhasePattern {
+	return append([]probes.PhasePattern(nil), p.phases...)
+}
+
+// CheckpointSpec is where the job's checkpoints are, how to tell a complete
+// one, and how a relaunch is pointed at one.
+//
+// The embedded probes.CheckpointSpec is what the checkpoint watcher needs.
+// Its Globs may name knobs in braces ("{output_dir}/checkpoint-*"); call
+// Expand with the current values before handing it to the watcher.
+type CheckpointSpec struct {
+	probes.CheckpointSpec
+	// Pass says how Render passes the checkpoint, in words ("--resume
+	// PATH", "env RESUME_FROM", "ckpt_path=PATH"); "" when the policy does
+	// not say, and then Render cannot resume and says so.
+	Pass string
+	// Required: a relaunch must resume from a checkpoint. When none is
+	// complete, the supervisor must not relaunch from scratch (the job
+	// would repeat all its work, or fail on an output directory that exists);
+	// it gives up and says why.
+	Required bool
+	// EarlierRuns: checkpoints written before the run started may be
+	// resumed from. By default they are passed over (the supervisor says
+	// so): a finished run's checkpoints in the same directory may come from
+	// other settings.
+	EarlierRuns bool
+}
+
+// Checkpoint returns the checkpoint spec, with its defaults filled in.
+func (p *Policy) Checkpoint() CheckpointSpec {
+	c := p.ckpt
+	c.Globs = append([]string(nil), c.Globs...)
+	return c
+}
+
+// knob is one named setting of the job and where it lives.
+type knob struct {
+	name      string
+	node      *yaml.Node // the knob's key in the file, for messages
+	where     location
+	flags     []string // whereFlag: the flag and its aliases; the first is used when appending
+	arg       string   // whereArg: the key of a key=value word
+	addPrefix string   // whereArg: prefix when appending ("+" or "++" for Hydra)
+	env       string   // whereEnv
+	yamlKey   []string // whereYAML: the key path in the config file
+	yamlFlags []string // whereYAML: the flag naming the config file
+	yamlArg   string   // whereYAML: or the key=value key naming it
+	def       *Value   // default, nil when none
+	optional  bool
+	nullLabel string // how null is shown ("full"); default "null"
+}
+
+type location int
+
+const (
+	whereFlag location = iota + 1
+	whereArg
+	whereEnv
+	whereYAML
+)
+
+// describeWhere says where the knob lives, for messages.
+func (k *knob) describeWhere() string {
+	switch k.where {
+	case whereFlag:
+		return "flag " + k.flags[0]
+	case whereArg:
+		return "command word " + k.arg + "=VALUE"
+	case whereEnv:
+		return "environment variable " + k.env
+	default:
+		return "key " + joinKey(k.yamlKey) + " of the YAML file named by " + k.configWhere()
+	}
+}
+
+func (k *knob) configWhere() string {
+	if k.yamlArg != "" {
+		return k.yamlArg + "=FILE"
+	}
+	return k.yamlFlags[0]
+}
+
+// show formats a value of this knob for people: null as the knob's
+// null_label.
+func (k *knob) show(v Value, ok bool) string {
+	if !ok {
+		return "unset"
+	}
+	if v.Null {
+		return k.nullLabel
+	}
+	return v.Text
+}
+
+type rule struct {
+	name  string
+	node  *yaml.Node
+	when  match
+	steps []step
+}
+
+// match is a rule's when: every condition given must hold.
+type match struct {
+	kinds          []probes.Kind  // nil: any failure
+	phases         []probes.Phase // nil: any phase
+	fragmentation  *bool
+	otherProcesses *bool
+	ranks          []int
+	attempt        *comparison
+	peaks          []peakCond
+}
+
+type comparison struct {
+	op string // "==", ">=", ">", "<=", "<"
+	n  int
+}
+
+func (c comparison) holds(x int) bool {
+	switch c.op {
+	case ">=":
+		return x >= c.n
+	case ">":
+		return x > c.n
+	case "<=":
+		return x <= c.n
+	case "<":
+		return x < c.n
+	}
+	return x == c.n
+}
+
+func (c comparison) String() string {
+	if c.op == "==" {
+		return "attempt " + itoa(c.n)
+	}
+	return "attempt " + c.op + itoa(c.n)
+}
+
+type peakCond struct {
+	phase probes.Phase
+	over  float64 // fraction of GPU capacity
+}
+
+// step is one escalation step of a rule: one or more actions applied
+// together. times > 0 limits how often the step may act.
+type step struct {
+	node    *yaml.Node
+	actions []action
+	times   int
+}
+
+// action is one change to the job's settings.
+type action struct {
+	verb       string // set, halve, scale, cut_workers, set_env, merge_env, retry
+	node       *yaml.Node
+	knob       string
+	by         float64
+	min, max   *float64
+	round      string // down (default), up, nearest
+	multipleOf int64
+	compensate string
+	sets       []setting // set, set_env, merge_env
+}
+
+type setting struct {
+	name  string
+	value Value
+}
+
+type budget struct {
+	relaunches int
+	perKind    map[probes.Kind]int
+	noProgress int
+	crash      int
+}
+
+type backoff struct {
+	initial time.Duration
+	factor  float64
+	max     time.Duration
+	jitter  float64
+}

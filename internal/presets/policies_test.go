@@ -1,0 +1,317 @@
+package presets
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes"
+)
+
+var allPresets = []string{"argparse", "huggingface", "hydra", "lightning", "ultralytics"}
+
+func TestNamesAndLookup(t *testing.T) {
+	if got := Names(); !slices.Equal(got, allPresets) {
+		t.Errorf("Names() = %v, want %v", got, allPresets)
+	}
+	for _, bad := range []string{"", "nope", "../policies/argparse", "argparse.yaml", "commands.go"} {
+		if _, ok := Lookup(bad); ok {
+			t.Errorf("Lookup(%q) found something", bad)
+		}
+	}
+}
+
+// Every preset passes `policy check`.
+func TestPresetsCheck(t *testing.T) {
+	for _, name := range Names() {
+		var out, errb bytes.Buffer
+		if code := Check(name, &out, &errb); code != 0 || errb.Len() != 0 {
+			t.Errorf("policy check %s: exit %d\n%s", name, code, errb.String())
+		}
+		if !strings.HasPrefix(out.String(), "preset:"+name+": valid (policy version 1): ") {
+			t.Errorf("policy check %s: %q", name, out.String())
+		}
+	}
+}
+
+// presetCase is a command a preset is meant for, the knob holding its
+// training batch, and the knob whose value a validation OOM must leave
+// alone.
+var presetCases = []struct {
+	preset, batchKnob string
+	argv              []string
+}{
+	{"argparse", "batch_size", []string{"python", "train.py", "--batch-size", "64", "--grad-accum", "1", "--val-batch-size", "32", "--num-workers", "8"}},
+	{"lightning", "batch_size", []string{"python", "main.py", "fit", "--config", "c.yaml", "--data.batch_size", "64", "--data.num_workers", "8"}},
+	{"huggingface", "batch_size", []string{"torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path", "gpt2", "--output_dir", "out", "--per_device_train_batch_size", "16"}},
+	{"ultralytics", "batch", []string{"yolo", "train", "model=yolo11n.pt", "data=coco8.yaml", "batch=32", "workers=8"}},
+	{"hydra", "batch_size", []string{"python", "src/train.py", "data.batch_size=64", "trainer=gpu"}},
+}
+
+// Run each preset against its typical command: the knobs can be read, a
+// fragmentation OOM first changes the allocator, a validation OOM never
+// changes the training batch (Ultralytics, whose validation batch is
+// derived from it, is the documented exception), and repeated training
+// OOMs end with the batch smaller and the run given up.
+func TestPresetsBehave(t *testing.T) {
+	for _, tc := range presetCases {
+		t.Run(tc.preset, func(t *testing.T) {
+			filename, data, err := Load(tc.preset, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := policy.Parse(filename, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := policy.Job{Argv: tc.argv, Dir: "/w"}
+			vals, err := p.Start(job, os.ReadFile)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			start := vals[tc.batchKnob]
+			l, err := p.Render(job, vals, "", "/d", os.ReadFile)
+			if err != nil || !slices.Equal(l.Argv, tc.argv) {
+				t.Errorf("first attempt must run the command as given: %v %v", l.Argv, err)
+			}
+
+			frag := outcome(probes.PhaseTrain)
+			frag.Verdict.Fragmentation = true
+			d := p.Decide(policy.NewState(vals), frag)
+			if d.Verb != policy.Relaunch || d.Rule != "fragmentation" || d.Changes[0].Env != "PYTORCH_CUDA_ALLOC_CONF" {
+				t.Errorf("fragmentation: %s", d.Describe())
+			}
+
+			st := policy.NewState(vals)
+			for i := 1; i <= 10; i++ {
+				o := outcome(probes.PhaseVal)
+				o.Attempt = i
+				d := p.Decide(st, o)
+				if d.Verb != policy.Relaunch {
+					break
+				}
+				st = d.State
+				if tc.preset != "ultralytics" && st.Values[tc.batchKnob] != start {
+					t.Fatalf("validation OOM changed the training batch: %s", d.Describe())
+				}
+			}
+
+			st = policy.NewState(vals)
+			var last policy.Decision
+			for i := 1; i <= 12; i++ {
+				o := outcome(probes.PhaseTrain)
+				o.Attempt = i
+				last = p.Decide(st, o)
+				if last.Verb != policy.Relaunch {
+					break
+				}
+				st = last.State
+				l, err := p.Render(job, st.Values, "/ck/last", "/d", os.ReadFile)
+				if err != nil {
+					t.Fatalf("Render after %s: %v", last.Describe(), err)
+				}
+				if !slices.ContainsFunc(l.Notes, func(n string) bool { return strings.HasPrefix(n, "resume: ") }) {
+					t.Errorf("relaunch does not resume from the checkpoint: %q", l.Notes)
+				}
+			}
+			if last.Verb != policy.GiveUp {
+				t.Errorf("training OOMs never gave up: %s", last.Describe())
+			}
+			if st.Values[tc.batchKnob] == start {
+				t.Errorf("training OOMs never reduced %s from %s", tc.batchKnob, start)
+			}
+		})
+	}
+}
+
+func outcome(phase probes.Phase) policy.Outcome {
+	return policy.Outcome{Attempt: 1, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: phase}, Rand: 0.5}
+}
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadDiscovery(t *testing.T) {
+	root := t.TempDir()
+	repo := filepath.Join(root, "repo")
+	deep := filepath.Join(repo, "a", "b", "c")
+	if err := os.MkdirAll(filepath.Join(repo, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Above the repository root: never found from inside it.
+	write(t, filepath.Join(root, "gpuguard.yaml"), "version: 1 # outside\n")
+
+	check := func(workDir, wantFile, wantData string) {
+		t.Helper()
+		f, data, err := Load("", workDir)
+		if err != nil || f != wantFile || string(data) != wantData {
+			t.Errorf("Load(\"\", %s) = %q %q %v; want %q %q", workDir, f, data, err, wantFile, wantData)
+		}
+	}
+	check(deep, "", "")
+	write(t, filepath.Join(repo, "gpuguard.yaml"), "version: 1 # root\n")
+	check(deep, filepath.Join(repo, "gpuguard.yaml"), "version: 1 # root\n")
+	write(t, filepath.Join(repo, "a", "gpuguard.yml"), "version: 1 # a\n")
+	check(deep, filepath.Join(repo, "a", "gpuguard.yml"), "version: 1 # a\n") // the nearest wins
+	write(t, filepath.Join(repo, "a", "gpuguard.yaml"), "version: 1 # a yaml\n")
+	check(deep, filepath.Join(repo, "a", "gpuguard.yaml"), "version: 1 # a yaml\n") // .yaml before .yml
+
+	// Outside a repository only the working directory is searched.
+	loose := filepath.Join(root, "loose", "sub")
+	if err := os.MkdirAll(loose, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check(loose, "", "")
+	write(t, filepath.Join(loose, "gpuguard.yaml"), "version: 1 # loose\n")
+	check(loose, filepath.Join(loose, "gpuguard.yaml"), "version: 1 # loose\n")
+
+	// A worktree's .git is a file.
+	wt := filepath.Join(root, "wt")
+	write(t, filepath.Join(wt, ".git"), "gitdir: /elsewhere\n")
+	write(t, filepath.Join(wt, "gpuguard.yaml"), "version: 1 # wt\n")
+	check(filepath.Join(wt, "x"), filepath.Join(wt, "gpuguard.yaml"), "version: 1 # wt\n")
+}
+
+func TestLoadNames(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "conf", "p.yaml"), "version: 1\n")
+	write(t, filepath.Join(dir, "mypolicy"), "version: 1 # plain name\n")
+	write(t, filepath.Join(dir, "lightning"), "version: 1 # shadowed\n")
+	for _, tc := range []struct {
+		arg, wantFile, wantErr string
+	}{
+		{"lightning", "preset:lightning", ""}, // a preset name beats a file of that name
+		{"./lightning", filepath.Join(dir, "lightning"), ""},
+		{"conf/p.yaml", filepath.Join(dir, "conf", "p.yaml"), ""},
+		{filepath.Join(dir, "conf", "p.yaml"), filepath.Join(dir, "conf", "p.yaml"), ""},
+		{"mypolicy", filepath.Join(dir, "mypolicy"), ""},
+		{"lightnin", "", `no policy file "lightnin" and no built-in preset by that name (did you mean "lightning"?); presets: argparse, huggingface, hydra, lightning, ultralytics`},
+		{"missing.yaml", "", "reading policy file: open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory"},
+	} {
+		f, _, err := Load(tc.arg, dir)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("Load(%q) error %v, want %q", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || f != tc.wantFile {
+			t.Errorf("Load(%q) = %q, %v; want %q", tc.arg, f, err, tc.wantFile)
+		}
+	}
+}
+
+func TestCheckErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	write(t, bad, "version: 1\nknobs:\n  bs: {flag: --bs}\nrules:\n  - name: r\n    when: {kind: cuda_oom}\n    steps: [{halve: bz}]\n")
+	var out, errb bytes.Buffer
+	if code := Check(bad, &out, &errb); code != 78 {
+		t.Errorf("exit %d, want 78", code)
+	}
+	want := bad + `:6:18: rule r: when: unknown failure kind "cuda_oom" (did you mean "gpu_oom"?); kinds: gpu_oom, cpu_alloc_oom, host_oom, crash` + "\n" +
+		bad + `:7:21: rule r step 1: halve: unknown knob "bz" (did you mean "bs"?); knobs: bs` + "\n"
+	if errb.String() != want || out.Len() != 0 {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), want)
+	}
+	errb.Reset()
+	if code := Check(filepath.Join(dir, "none.yaml"), &out, &errb); code != 78 || !strings.Contains(errb.String(), "no such file") {
+		t.Errorf("missing file: %d %q", code, errb.String())
+	}
+}
+
+func TestList(t *testing.T) {
+	var out bytes.Buffer
+	if code := List(&out); code != 0 {
+		t.Fatal(code)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(allPresets) {
+		t.Fatalf("List:\n%s", out.String())
+	}
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) < 2 || f[0] != allPresets[i] {
+			t.Errorf("line %q: want preset %s and its description", l, allPresets[i])
+		}
+	}
+}
+
+func TestGuess(t *testing.T) {
+	for _, tc := range []struct {
+		argv string
+		want string
+	}{
+		{"python train.py --batch-size 64", "argparse"},
+		{"python train.py", "argparse"},
+		{"yolo train model=yolo11n.pt batch=16", "ultralytics"},
+		{"python -m ultralytics train", "ultralytics"},
+		{"python fit.py batch=16 imgsz=640", "ultralytics"},
+		{"python main.py fit --trainer.max_epochs=3 --data.batch_size 8", "lightning"},
+		{"accelerate launch run_glue.py --model_name_or_path bert --output_dir o", "huggingface"},
+		{"torchrun --nproc_per_node 8 train.py --per_device_train_batch_size=8", "huggingface"},
+		{"python src/train.py trainer.max_epochs=10 data.batch_size=64", "hydra"},
+		{"python train.py +experiment=big", "hydra"},
+		{"python train.py lr=0.1", "hydra"},
+	} {
+		if got, why := Guess(strings.Fields(tc.argv)); got != tc.want || why == "" {
+			t.Errorf("Guess(%s) = %s (%s), want %s", tc.argv, got, why, tc.want)
+		}
+	}
+}
+
+func TestInit(t *testing.T) {
+	for _, tc := range presetCases {
+		var out, errb bytes.Buffer
+		if code := Init(append([]string{"--"}, tc.argv...), &out, &errb); code != 0 {
+			t.Fatalf("Init %v: exit %d %s", tc.argv, code, errb.String())
+		}
+		text := out.String()
+		// The starter is a valid policy, and `policy check` accepts it.
+		path := filepath.Join(t.TempDir(), "gpuguard.yaml")
+		write(t, path, text)
+		var cout, cerr bytes.Buffer
+		if code := Check(path, &cout, &cerr); code != 0 {
+			t.Errorf("starter for %v fails check:\n%s\n%s", tc.argv, cerr.String(), text)
+		}
+		for _, want := range []string{
+			"#   " + strings.Join(tc.argv, " ") + "\n",
+			"# Framework guessed: " + tc.preset + " (",
+			"# Read from this command:\n",
+			"# What each rule would do, in order, on repeated failures:\n#   rule gpu-shared step 1",
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("starter for %s lacks %q:\n%s", tc.preset, want, text)
+			}
+		}
+	}
+	// A command the preset cannot read says what to fix, and still checks.
+	var out, errb bytes.Buffer
+	if code := Init([]string{"python", "train.py"}, &out, &errb); code != 0 {
+		t.Fatal(code)
+	}
+	if !strings.Contains(out.String(), "# Before running, fix (gpuguard run would stop with these):\n#   preset:argparse:") ||
+		!strings.Contains(out.String(), "the command has no --batch-size") {
+		t.Errorf("starter without --batch-size:\n%s", out.String())
+	}
+	if _, err := policy.Parse("x", out.Bytes()); err != nil {
+		t.Errorf("starter does not parse: %v", err)
+	}
+	errb.Reset()
+	if code := Init(nil, &out, &errb); code != 64 || !strings.Contains(errb.String(), "give the training command after --") {
+		t.Errorf("Init without a command: %d %q", code, errb.String())
+	}
+}

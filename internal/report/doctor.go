@@ -1,0 +1,380 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/probes"
+)
+
+// BusyFraction: doctor exits 1 when a GPU the job will use already has more
+// than this share of its memory in use (by others: the job has not started).
+const BusyFraction = 0.5
+
+// DoctorOptions are the inputs of `gpuguard doctor`.
+type DoctorOptions struct {
+	JSON   bool
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// DoctorReport is what doctor found; `gpuguard doctor --json` prints it.
+type DoctorReport struct {
+	NVML      GPUFacts             `json:"nvml"`
+	Host      *probes.HostSample   `json:"host,omitempty"`
+	HostError string               `json:"host_error,omitempty"`
+	Slurm     *probes.SlurmContext `json:"slurm,omitempty"`
+	// Env holds the allocator and device-selection variables that are set.
+	Env map[string]string `json:"env"`
+	// Busy lists the GPUs the job will use that are already mostly taken:
+	// the reason doctor exits 1.
+	Busy []string `json:"busy,omitempty"`
+}
+
+// GPUFacts is what NVML says about the machine's GPUs.
+type GPUFacts struct {
+	Available   bool        `json:"available"`
+	Why         string      `json:"why,omitempty"` // why NVML is not available
+	Driver      string      `json:"driver,omitempty"`
+	NVMLVersion string      `json:"nvml_version,omitempty"`
+	CUDADriver  string      `json:"cuda_driver,omitempty"` // "12.4"
+	GPUs        []DoctorGPU `json:"gpus,omitempty"`
+}
+
+// DoctorGPU is one physical GPU.
+type DoctorGPU struct {
+	Index      int     `json:"index"`
+	UUID       string  `json:"uuid"`
+	Name       string  `json:"name"`
+	TotalBytes uint64  `json:"total_bytes"`
+	UsedBytes  uint64  `json:"used_bytes"` // total minus free
+	UsedFrac   float64 `json:"used_fraction"`
+	// MIG is "enabled", "disabled" or "" (not supported).
+	MIG        string      `json:"mig,omitempty"`
+	MIGDevices []DoctorMIG `json:"mig_devices,omitempty"`
+	// JobWillUse: CUDA_VISIBLE_DEVICES (of doctor's environment) selects it.
+	JobWillUse bool            `json:"job_will_use"`
+	Processes  []DoctorProcess `json:"processes,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// DoctorMIG is one MIG device of a GPU.
+type DoctorMIG struct {
+	UUID       string `json:"uuid"`
+	TotalBytes uint64 `json:"total_bytes"`
+	UsedBytes  uint64 `json:"used_bytes"`
+	JobWillUse bool   `json:"job_will_use"`
+}
+
+// DoctorProcess is a process holding GPU memory.
+type DoctorProcess struct {
+	PID       int    `json:"pid"`
+	UsedBytes uint64 `json:"used_bytes,omitempty"` // 0 when NVML does not say
+	User      string `json:"user,omitempty"`
+	Command   string `json:"command,omitempty"`
+	// Visible: the process exists in this PID namespace (NVML reports host
+	// PIDs; in a container they may lead nowhere).
+	Visible bool `json:"visible"`
+	// GpuguardPID, RunDir and Attempt come from the process's environment
+	// (GPUGUARD_PID, GPUGUARD_RUN_DIR, GPUGUARD_ATTEMPT), when it was
+	// started by gpuguard and its environment is readable.
+	GpuguardPID int    `json:"gpuguard_pid,omitempty"`
+	RunDir      string `json:"run_dir,omitempty"`
+	Attempt     string `json:"attempt,omitempty"`
+	// Stale: the process belongs to a gpuguard run that is over (its
+	// gpuguard is gone) or it was orphaned (reparented to init or a
+	// subreaper other than its gpuguard). Status says which, in words.
+	Stale  bool   `json:"stale"`
+	Status string `json:"status"`
+}
+
+// allocatorVars are the variables doctor reports when set.
+var allocatorVars = []string{
+	"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+	"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH",
+	"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+}
+
+// doctorInputs are the seams of doctor: the proc root, the environment, and
+// the GPU facts (NVML, or a mock in tests).
+type doctorInputs struct {
+	procRoot string
+	env      []string
+	selfPID  int
+	gpus     func(env []string, procRoot string) GPUFacts
+}
+
+// Doctor runs `gpuguard doctor` and returns its exit status: 1 when a GPU
+// the job will use (CUDA_VISIBLE_DEVICES of this environment) already has
+// more than half of its memory in use, 0 otherwise (also when there is no
+// GPU or NVML cannot be used: the output says why).
+func Doctor(o DoctorOptions) int {
+	return doctor(o, doctorInputs{procRoot: "/proc", env: os.Environ(), selfPID: os.Getpid(), gpus: nvmlFacts})
+}
+
+func doctor(o DoctorOptions, in doctorInputs) int {
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	rep := DoctorReport{Env: map[string]string{}}
+	rep.NVML = in.gpus(in.env, in.procRoot)
+	for i := range rep.NVML.GPUs {
+		g := &rep.NVML.GPUs[i]
+		for j := range g.Processes {
+			describeProcess(in.procRoot, &g.Processes[j])
+		}
+		if g.JobWillUse && g.UsedFrac > BusyFraction {
+			rep.Busy = append(rep.Busy, fmt.Sprintf("GPU %d (%s) already has %s of %s in use (%.0f%%)", g.Index, g.UUID,
+				probes.FormatBytes(g.UsedBytes), probes.FormatBytes(g.TotalBytes), 100*g.UsedFrac))
+		}
+		for _, m := range g.MIGDevices {
+			if m.JobWillUse && m.TotalBytes > 0 && float64(m.UsedBytes) > BusyFraction*float64(m.TotalBytes) {
+				rep.Busy = append(rep.Busy, fmt.Sprintf("MIG device %s of GPU %d already has %s of %s in use", m.UUID, g.Index,
+					probes.FormatBytes(m.UsedBytes), probes.FormatBytes(m.TotalBytes)))
+			}
+		}
+	}
+	if h, err := probes.ReadHost(in.procRoot, in.selfPID); err != nil {
+		rep.HostError = err.Error()
+	} else {
+		h.Processes, h.Workers, h.RSSBytes, h.PSSBytes, h.PSSComplete = 0, 0, 0, 0, false // doctor's own tree is not the point
+		rep.Host = &h
+	}
+	if s := probes.SlurmFromEnv(in.env); s.InSlurm() {
+		rep.Slurm = &s
+	}
+	for _, k := range allocatorVars {
+		if v, ok := lookupEnv(in.env, k); ok {
+			rep.Env[k] = v
+		}
+	}
+	if o.JSON {
+		enc := json.NewEncoder(o.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(o.Stderr, "gpuguard doctor: writing JSON: %v\n", err)
+			return exitCantCreate
+		}
+	} else {
+		writeDoctor(o.Stdout, &rep)
+	}
+	if len(rep.Busy) > 0 {
+		return exitBusy
+	}
+	return exitOK
+}
+
+// describeProcess fills in who a GPU process is and whether it is stale.
+func describeProcess(procRoot string, p *DoctorProcess) {
+	dir := procRoot + "/" + strconv.Itoa(p.PID)
+	if _, err := os.Stat(dir); err != nil {
+		p.Status = "not visible here (NVML reports host PIDs: another PID namespace, or it just exited)"
+		return
+	}
+	p.Visible = true
+	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
+		p.Command = strings.TrimSpace(strings.ReplaceAll(string(bytes.TrimRight(b, "\x00")), "\x00", " "))
+	}
+	p.User = procUser(dir)
+	ppid := procPPID(procRoot, p.PID)
+	env, envErr := os.ReadFile(dir + "/environ")
+	if envErr == nil {
+		for _, kv := range strings.Split(string(env), "\x00") {
+			switch {
+			case strings.HasPrefix(kv, "GPUGUARD_PID="):
+				p.GpuguardPID, _ = strconv.Atoi(kv[len("GPUGUARD_PID="):])
+			case strings.HasPrefix(kv, "GPUGUARD_RUN_DIR="):
+				p.RunDir = kv[len("GPUGUARD_RUN_DIR="):]
+			case strings.HasPrefix(kv, "GPUGUARD_ATTEMPT="):
+				p.Attempt = kv[len("GPUGUARD_ATTEMPT="):]
+			}
+		}
+	}
+	switch {
+	case p.GpuguardPID > 0:
+		run := ""
+		if p.RunDir != "" {
+			run = " of run " + p.RunDir
+		}
+		if p.Attempt != "" {
+			run += " (attempt " + p.Attempt + ")"
+		}
+		if _, err := os.Stat(procRoot + "/" + strconv.Itoa(p.GpuguardPID)); err != nil {
+			p.Stale = true
+			p.Status = fmt.Sprintf("stale: started by gpuguard (pid %d)%s, which is gone; kill it to free the memory", p.GpuguardPID, run)
+			return
+		}
+		if !hasAncestor(procRoot, p.PID, p.GpuguardPID) {
+			p.Stale = true
+			p.Status = fmt.Sprintf("stale: started by gpuguard (pid %d)%s but orphaned (its parent is now pid %d); kill it to free the memory",
+				p.GpuguardPID, run, ppid)
+			return
+		}
+		p.Status = fmt.Sprintf("live: under gpuguard (pid %d)%s", p.GpuguardPID, run)
+	case envErr != nil:
+		p.Status = "not known whether started by gpuguard (its environment is not readable: another user's process?)"
+		if ppid == 1 {
+			p.Status += "; orphaned (its parent is init)"
+		}
+	default:
+		p.Status = "not started by gpuguard"
+		if ppid == 1 {
+			p.Status += "; orphaned (its parent is init): a leftover of a killed job?"
+		}
+	}
+}
+
+// procPPID reads the parent PID (0 when unknown).
+func procPPID(procRoot string, pid int) int {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// hasAncestor says whether anc is an ancestor of pid.
+func hasAncestor(procRoot string, pid, anc int) bool {
+	for i := 0; i < 512 && pid > 1; i++ {
+		pid = procPPID(procRoot, pid)
+		if pid == anc {
+			return true
+		}
+	}
+	return false
+}
+
+// procUser names the owner of a process (its real UID).
+func procUser(dir string) string {
+	b, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Uid:") {
+			f := strings.Fields(line[4:])
+			if len(f) == 0 {
+				return ""
+			}
+			if u, err := user.LookupId(f[0]); err == nil {
+				return u.Username
+			}
+			return "uid " + f[0]
+		}
+	}
+	return ""
+}
+
+func lookupEnv(env []string, key string) (string, bool) {
+	val, ok := "", false
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			val, ok = kv[len(key)+1:], true
+		}
+	}
+	return val, ok
+}
+
+// writeDoctor prints the report for people.
+func writeDoctor(w io.Writer, r *DoctorReport) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	if !r.NVML.Available {
+		p("GPUs: not available: %s", r.NVML.Why)
+	} else {
+		p("GPUs: driver %s, CUDA %s, NVML %s", orDash(r.NVML.Driver), orDash(r.NVML.CUDADriver), orDash(r.NVML.NVMLVersion))
+		if len(r.NVML.GPUs) == 0 {
+			p("  NVML lists no GPU")
+		}
+		for _, g := range r.NVML.GPUs {
+			use := "      "
+			if g.JobWillUse {
+				use = "[job] "
+			}
+			line := fmt.Sprintf("  %s%d  %s  %s of %s in use (%.0f%%)", use, g.Index, g.Name, probes.FormatBytes(g.UsedBytes),
+				probes.FormatBytes(g.TotalBytes), 100*g.UsedFrac)
+			if g.MIG != "" {
+				line += "  MIG " + g.MIG
+			}
+			p("%s", line)
+			p("        %s", g.UUID)
+			if g.Error != "" {
+				p("        error: %s", g.Error)
+			}
+			for _, m := range g.MIGDevices {
+				mark := ""
+				if m.JobWillUse {
+					mark = " [job]"
+				}
+				p("        MIG %s: %s of %s in use%s", m.UUID, probes.FormatBytes(m.UsedBytes), probes.FormatBytes(m.TotalBytes), mark)
+			}
+			for _, pr := range g.Processes {
+				mem := "?"
+				if pr.UsedBytes > 0 {
+					mem = probes.FormatBytes(pr.UsedBytes)
+				}
+				p("        pid %d  %s  %s  %s", pr.PID, mem, orDash(pr.User), shorten(orDash(pr.Command), 100))
+				p("          %s", pr.Status)
+			}
+		}
+	}
+	if r.Host != nil {
+		h := r.Host
+		p("Host memory: %s available of %s", probes.FormatBytes(h.MemAvailableBytes), probes.FormatBytes(h.MemTotalBytes))
+		if cg := h.Cgroup; cg != nil {
+			limit := "no limit"
+			if cg.LimitBytes > 0 {
+				limit = "limit " + probes.FormatBytes(cg.LimitBytes)
+			}
+			kills := "not readable"
+			if cg.OOMKillsKnown {
+				kills = strconv.FormatUint(cg.OOMKills, 10)
+			}
+			p("  memory cgroup (v%d) %s: %s, %s in use (%s working set), OOM kills so far: %s", cg.Version, cg.Path, limit,
+				probes.FormatBytes(cg.UsageBytes), probes.FormatBytes(cg.WorkingSetBytes), kills)
+		} else if h.CgroupErr != "" {
+			p("  memory cgroup: %s", h.CgroupErr)
+		}
+	} else if r.HostError != "" {
+		p("Host memory: %s", r.HostError)
+	}
+	if r.Slurm != nil {
+		p("Slurm: %s", r.Slurm.String())
+	} else {
+		p("Slurm: not in a Slurm job")
+	}
+	if len(r.Env) == 0 {
+		p("Allocator environment: none of %s is set", strings.Join(allocatorVars[:2], ", "))
+	} else {
+		keys := make([]string, 0, len(r.Env))
+		for k := range r.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		p("Allocator environment:")
+		for _, k := range keys {
+			p("  %s=%s", k, r.Env[k])
+		}
+	}
+	for _, b := range r.Busy {
+		p("PROBLEM: %s: the job would start short of memory; wait for it, pick another GPU with CUDA_VISIBLE_DEVICES, or stop what holds it (see above)", b)
+	}
+}

@@ -1,0 +1,197 @@
+package report
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/probes"
+)
+
+// timelineInfo is what one pass over timeline.csv learns: per-attempt
+// peaks (for attempts whose memory event is missing), validation intervals
+// and the time span (for the plot).
+type timelineInfo struct {
+	rows       int
+	minMs      int64
+	maxMs      int64
+	devices    []string // in first-seen order
+	capacity   map[string]uint64
+	attempts   map[int]*probes.Summary
+	valSpans   []span // validation, by attempt, in time order
+	attemptsAt []span // first and last sample of each attempt
+}
+
+type span struct {
+	attempt    int
+	start, end int64
+}
+
+// scanTimeline reads a timeline once, keeping only aggregates.
+func scanTimeline(path string) (*timelineInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*probes.Summary{}}
+	acc := map[int]map[probes.Phase]*probes.PhaseSummary{}
+	seenDev := map[string]bool{}
+	lastMs := map[int]int64{}
+	var cur *span // open validation span
+	var curAttempt *span
+	err = probes.ReadTimeline(f, func(r probes.TimelineRow) error {
+		if ti.rows == 0 || r.ElapsedMs < ti.minMs {
+			ti.minMs = r.ElapsedMs
+		}
+		if ti.rows == 0 || r.ElapsedMs > ti.maxMs {
+			ti.maxMs = r.ElapsedMs
+		}
+		ti.rows++
+		if !seenDev[r.Device] {
+			seenDev[r.Device] = true
+			ti.devices = append(ti.devices, r.Device)
+		}
+		if r.LimitBytes > ti.capacity[r.Device] {
+			ti.capacity[r.Device] = r.LimitBytes
+		}
+		// Spans: attempts and validation.
+		if curAttempt == nil || curAttempt.attempt != r.Attempt {
+			ti.attemptsAt = append(ti.attemptsAt, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
+			curAttempt = &ti.attemptsAt[len(ti.attemptsAt)-1]
+			cur = nil
+		}
+		curAttempt.end = r.ElapsedMs
+		if r.Phase == probes.PhaseVal {
+			if cur == nil {
+				ti.valSpans = append(ti.valSpans, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
+				cur = &ti.valSpans[len(ti.valSpans)-1]
+			}
+			cur.end = r.ElapsedMs
+		} else {
+			cur = nil
+		}
+		// Peaks per attempt and phase.
+		sum := ti.attempts[r.Attempt]
+		if sum == nil {
+			sum = &probes.Summary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
+			ti.attempts[r.Attempt] = sum
+			acc[r.Attempt] = map[probes.Phase]*probes.PhaseSummary{}
+		}
+		newSample := false
+		if lm, ok := lastMs[r.Attempt]; !ok || lm != r.ElapsedMs {
+			sum.Samples++
+			lastMs[r.Attempt] = r.ElapsedMs
+			newSample = true
+		}
+		sum.LastMs = r.ElapsedMs
+		ps := acc[r.Attempt][r.Phase]
+		if ps == nil {
+			ps = &probes.PhaseSummary{Phase: r.Phase}
+			acc[r.Attempt][r.Phase] = ps
+		}
+		if newSample {
+			ps.Samples++
+		}
+		switch {
+		case r.Device == "host":
+			if r.UsedBytes > ps.HostPeakBytes {
+				ps.HostPeakBytes, ps.HostPeakMs = r.UsedBytes, r.ElapsedMs
+			}
+			ps.HostLimitBytes = r.LimitBytes
+		case r.Device == "cgroup":
+			ps.CgroupPeakBytes = max(ps.CgroupPeakBytes, r.UsedBytes)
+			ps.CgroupLimitBytes = r.LimitBytes
+		case r.Device == "ram":
+			ps.RAMPeakBytes = max(ps.RAMPeakBytes, r.UsedBytes)
+			ps.RAMTotalBytes = r.LimitBytes
+		default:
+			var dp *probes.DevicePeak
+			for i := range ps.GPU {
+				if ps.GPU[i].ID == r.Device {
+					dp = &ps.GPU[i]
+				}
+			}
+			if dp == nil {
+				ps.GPU = append(ps.GPU, probes.DevicePeak{ID: r.Device})
+				dp = &ps.GPU[len(ps.GPU)-1]
+			}
+			if r.UsedBytes > dp.PeakBytes {
+				dp.PeakBytes, dp.PeakMs = r.UsedBytes, r.ElapsedMs
+			}
+			dp.CapacityBytes = r.LimitBytes
+			if r.JobKnown {
+				dp.PeakJobBytes = max(dp.PeakJobBytes, r.JobBytes)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ti, fmt.Errorf("%s: %w", path, err)
+	}
+	for n, phases := range acc {
+		sum := ti.attempts[n]
+		for _, ps := range phases {
+			sort.Slice(ps.GPU, func(i, j int) bool { return deviceLess(ps.GPU[i].ID, ps.GPU[j].ID) })
+			for i := range ps.GPU {
+				dp := &ps.GPU[i]
+				if dp.CapacityBytes > dp.PeakBytes {
+					dp.HeadroomBytes = dp.CapacityBytes - dp.PeakBytes
+				}
+				if dp.CapacityBytes > 0 {
+					ps.PeakFraction = max(ps.PeakFraction, float64(dp.PeakBytes)/float64(dp.CapacityBytes))
+				}
+			}
+			if ps.HostLimitBytes > 0 {
+				ps.HostPeakFraction = float64(ps.HostPeakBytes) / float64(ps.HostLimitBytes)
+			}
+			sum.Phases = append(sum.Phases, *ps)
+		}
+		sort.Slice(sum.Phases, func(i, j int) bool { return phaseKey(sum.Phases[i].Phase) < phaseKey(sum.Phases[j].Phase) })
+	}
+	return ti, nil
+}
+
+// phaseKey orders phases as the sampler does: train, val, others, none.
+func phaseKey(p probes.Phase) string {
+	switch p {
+	case probes.PhaseTrain:
+		return "0"
+	case probes.PhaseVal:
+		return "1"
+	case probes.PhaseNone:
+		return "3"
+	}
+	return "2" + strings.ToLower(string(p))
+}
+
+// deviceLess orders gpu2 before gpu10, GPUs before host, cgroup, ram.
+func deviceLess(a, b string) bool {
+	ka, kb := deviceKey(a), deviceKey(b)
+	if ka != kb {
+		return ka < kb
+	}
+	return a < b
+}
+
+func deviceKey(d string) string {
+	switch d {
+	case "host":
+		return "1"
+	case "cgroup":
+		return "2"
+	case "ram":
+		return "3"
+	}
+	// gpu<N>[.mig<M>]: pad the index so that numbers sort.
+	if strings.HasPrefix(d, "gpu") {
+		num := strings.TrimPrefix(d, "gpu")
+		rest := ""
+		if i := strings.IndexByte(num, '.'); i >= 0 {
+			num, rest = num[:i], num[i:]
+		}
+		return "0" + fmt.Sprintf("%06s", num) + rest
+	}
+	return "4" + d
+}

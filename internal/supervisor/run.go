@@ -1,0 +1,304 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/lines"
+)
+
+// Run runs the job described by cfg and returns gpuguard's exit status: the
+// job's own (its code, or 128+N when signal N killed it), or one of the
+// Exit* codes for gpuguard's own failures.
+func Run(cfg Config) int {
+	// An attempt's watchdog is gpuguard re-executed: see watchdog.go.
+	if IsWatchdogInvocation(cfg.Argv) {
+		return watchdogMain()
+	}
+	return runLoop(cfg)
+}
+
+// Job is what a run sets up once and every attempt uses: the resolved launch
+// mode, the environment after injection, the run directory, the status
+// writer and the signal forwarder.
+type Job struct {
+	Cfg     Config
+	PTY     bool
+	Env     []string // the job's environment, allocator settings merged in
+	RunDir  *RunDir
+	Status  *Status
+	Signals *Signals
+	Logger  *zap.Logger
+	Term    *os.File // the terminal the pty's size follows, if any
+}
+
+// Prepare resolves cfg (launch mode, environment, run directory), prints the
+// start lines and starts forwarding signals. It returns a nil Job and the
+// exit status when the run cannot go on (a bad --pty value: 64; the run
+// directory: 73), or when cfg.DryRun has been answered (0).
+func Prepare(cfg Config) (*Job, int) {
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	status := NewStatus(cfg.Stdout, cfg.Stderr)
+	usePTY, err := ResolvePTY(cfg.PTY, cfg.Stdout)
+	if err != nil {
+		fmt.Fprintln(cfg.Stderr, err)
+		return nil, ExitCodeOf(err)
+	}
+	env := os.Environ()
+	var merged envinject.Result
+	if !cfg.NoEnv {
+		merged, err = envinject.Merge(env, envinject.Defaults(), false)
+		if err != nil {
+			status.Printf("internal error: %v", err)
+			return nil, ExitSoftware
+		}
+		env = merged.Env
+	}
+	// A command that cannot run is reported before anything is created.
+	pathEnv, _ := lookupEnv(env, "PATH")
+	if _, err := lookPathIn(cfg.Argv[0], pathEnv, ""); err != nil {
+		status.Printf("%v", err)
+		return nil, ExitCodeOf(err)
+	}
+	if cfg.DryRun {
+		// The loop answers dry runs before preparing anything (loop.go).
+		return nil, 0
+	}
+
+	wd, err := os.Getwd()
+	if err != nil {
+		status.Printf("cannot read the working directory: %v", err)
+		return nil, ExitSoftware
+	}
+	var rd *RunDir
+	if cfg.ResumeRun != "" {
+		// The loop has read state.json already (loop.go).
+		rd, err = OpenRunDir(cfg.ResumeRun)
+	} else {
+		rd, err = CreateRunDir(cfg.RunDir, wd)
+	}
+	if err != nil {
+		status.Printf("%v", err)
+		return nil, ExitCodeOf(err)
+	}
+	rd.OnWriteError(func(msg string) { status.Printf("%s", msg) })
+	j := &Job{Cfg: cfg, PTY: usePTY, Env: env, RunDir: rd, Status: status, Logger: rd.Logger()}
+	for _, f := range []*os.File{cfg.Stdout, fileOf(cfg.Stderr), cfg.Stdin} {
+		if IsTerminal(f) {
+			j.Term = f
+			break
+		}
+	}
+	status.Printf("run directory %s", displayPath(rd.Path(), wd))
+	printEnv(status, cfg.NoEnv, merged)
+
+	j.Signals = NotifySignals()
+	j.Signals.OnSignal(func(ev SignalEvent) {
+		name := signalName(ev.Signal)
+		rd.Event("signal", map[string]any{"signal": name, "action": ev.Action, "pid": ev.Pid})
+		switch {
+		case ev.Action == "killed":
+			status.Printf("second %s: killing the job and all its processes", name)
+		case ev.Action == "no job" && terminating(ev.Signal):
+			status.Printf("%s: no job running; none will be started", name)
+		case ev.Action == "forwarded" && (ev.Signal == syscall.SIGINT || ev.Signal == syscall.SIGTERM):
+			status.Printf("%s passed to the job; send it again to kill the job", name)
+		}
+	})
+
+	changes := make([]string, 0, len(merged.Changes))
+	for _, c := range merged.Changes {
+		changes = append(changes, c.String())
+	}
+	rd.Event("run_start", map[string]any{
+		"argv":         cfg.Argv,
+		"pty":          usePTY,
+		"run_dir":      rd.Path(),
+		"workdir":      wd,
+		"pid":          os.Getpid(),
+		"env_changes":  changes,
+		"env_warnings": merged.Warnings,
+		"grace":        cfg.Grace.String(),
+	})
+	j.Logger.Info("run started", zap.Strings("argv", cfg.Argv), zap.Bool("pty", usePTY), zap.String("run_dir", rd.Path()))
+	return j, 0
+}
+
+// Spec returns the AttemptSpec of one attempt of this job with argv and env.
+func (j *Job) Spec(argv, env []string) AttemptSpec {
+	return AttemptSpec{
+		Argv:   argv,
+		Env:    env,
+		PTY:    j.PTY,
+		Stdin:  j.Cfg.Stdin,
+		Stdout: j.Status.Stdout(),
+		Stderr: j.Status.Stderr(),
+		Term:   j.Term,
+		Log:    j.RunDir.Log(),
+		Scan:   func(int, lines.Line) {}, // the attempt counts the lines
+		Grace:  j.Cfg.Grace,
+		Logger: j.Logger,
+	}
+}
+
+// AttemptHooks let the attempt loop act while an attempt runs.
+type AttemptHooks struct {
+	// Started is called once the child runs, before RunAttempt waits for it
+	// (to start sampling its memory, to arm a timer that stops it).
+	Started func(a *Attempt)
+	// Ended is called once the attempt is over and its output scanned; the
+	// fields it returns are added to the attempt_end event (the verdict).
+	Ended func(res AttemptResult) map[string]any
+}
+
+// RunAttempt runs attempt number n to its end: it refuses to start after a
+// terminating signal (an *Error with 128+signal), records attempt_start and
+// attempt_end events, forwards signals to the attempt while it runs, and
+// prints a status line when the job failed or left processes behind. A start
+// failure (127, 126) is printed and returned as an *Error.
+func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptResult, error) {
+	// Signals arriving while the child starts are kept for it.
+	j.Signals.Arm()
+	if sig, ok := j.Signals.Terminated(); ok {
+		j.Signals.Attach(nil)
+		return AttemptResult{}, &Error{Code: 128 + int(sig), Msg: signalName(sig) + " received: not starting the job again"}
+	}
+	logOffset := j.RunDir.LogOffset() // before the child can write
+	a, err := StartAttempt(spec)
+	if err != nil {
+		j.Signals.Attach(nil)
+		j.Status.Printf("%v", err)
+		j.RunDir.Event("attempt_start_failed", map[string]any{"attempt": n, "error": err.Error(), "exit_code": ExitCodeOf(err)})
+		return AttemptResult{}, err
+	}
+	j.Signals.Attach(a)
+	j.RunDir.Event("attempt_start", map[string]any{"attempt": n, "pid": a.PID(), "argv": spec.Argv, "log_offset": logOffset})
+	if hooks.Started != nil {
+		hooks.Started(a)
+	}
+	<-a.Done()
+	j.Signals.Attach(nil)
+	res := a.Result()
+	fields := map[string]any{
+		"attempt":            n,
+		"pid":                res.Pid,
+		"exit_code":          res.Code,
+		"duration_s":         res.End.Sub(res.Start).Seconds(),
+		"lines":              res.ScannedLines,
+		"dropped_scan_bytes": res.DroppedScanBytes,
+		"stopped_by_us":      res.StoppedByUs,
+		"killed":             res.Killed,
+		"leftovers":          res.Leftovers,
+	}
+	if res.Signal != 0 {
+		fields["signal"] = signalName(res.Signal)
+	}
+	if res.StopReason != "" {
+		fields["stop_reason"] = res.StopReason
+	}
+	if sig := a.TypedInterrupt(); sig != 0 {
+		fields["typed_interrupt"] = signalName(sig)
+	}
+	if hooks.Ended != nil {
+		for k, v := range hooks.Ended(res) {
+			fields[k] = v
+		}
+	}
+	j.RunDir.Event("attempt_end", fields)
+	if res.Leftovers > 0 {
+		j.Status.Printf("stopped %d process(es) the job left running", res.Leftovers)
+	}
+	if res.Survivors > 0 {
+		j.Status.Printf("%d process(es) of the job did not die after SIGKILL (stuck in the kernel?); see %s", res.Survivors, GpuguardLog)
+	}
+	switch {
+	case res.Signal != 0:
+		j.Status.Printf("the job was killed by %s (exit status %d)", signalName(res.Signal), res.Code)
+	case res.Code != 0:
+		j.Status.Printf("the job exited with status %d", res.Code)
+	}
+	return res, nil
+}
+
+// Finish records the end of the run.
+func (j *Job) Finish(code int) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	j.RunDir.Event("run_end", map[string]any{
+		"exit_code":   code,
+		"peak_rss_kb": ru.Maxrss,
+		// gpuguard's own CPU time, its jobs' not included.
+		"cpu_user_s": time.Duration(ru.Utime.Nano()).Seconds(),
+		"cpu_sys_s":  time.Duration(ru.Stime.Nano()).Seconds(),
+	})
+	j.Logger.Info("run ended", zap.Int("exit_code", code), zap.Int64("peak_rss_kb", ru.Maxrss))
+}
+
+// Close stops signal forwarding and closes the run directory.
+func (j *Job) Close() {
+	j.Signals.Stop()
+	if err := j.RunDir.Close(); err != nil {
+		j.Status.Printf("%s is incomplete: %v", filepath.Join(j.RunDir.Path(), OutputLogName), err)
+	}
+}
+
+func printEnv(status *Status, noEnv bool, merged envinject.Result) {
+	if noEnv {
+		status.Printf("environment passed unchanged (--no-env)")
+		return
+	}
+	var parts []string
+	for _, c := range merged.Changes {
+		parts = append(parts, c.String())
+	}
+	for _, c := range merged.Kept {
+		parts = append(parts, c.String())
+	}
+	if len(parts) > 0 {
+		status.Printf("allocator settings: %s", strings.Join(parts, "; "))
+	}
+	for _, w := range merged.Warnings {
+		status.Printf("warning: %s", w)
+	}
+}
+
+func launchName(pty bool) string {
+	if pty {
+		return "under a pseudo-terminal"
+	}
+	return "with pipes"
+}
+
+func quoteArgv(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;!#~") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		} else {
+			q[i] = a
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// displayPath shows p relative to wd when it lies below it.
+func displayPath(p, wd string) string {
+	if rel, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return p
+}
+
+func fileOf(w any) *os.File {
+	f, _ := w.(*os.File)
+	return f
+}
