@@ -73,14 +73,14 @@ type slurmRun struct {
 	done      chan struct{}
 	signalled chan struct{} // closed at the first requeue signal
 
-	mu    sync.Mutex
-	sig   syscall.Signal // first requeue signal; 0 while none came
-	att   *Attempt       // the attempt running, nil between attempts
+	mu  sync.Mutex
+	sig syscall.Signal // first requeue signal; 0 while none came
+	att *Attempt       // the attempt running, nil between attempts
 	// launching: an attempt is being started and is not attached yet. A
 	// signal that comes then is the running attempt's: attach reports it and
 	// arms the stop, as handle does for an attached one.
 	launching bool
-	timer *time.Timer    // stops the attempt slurm.stop_after after the signal
+	timer     *time.Timer // stops the attempt slurm.stop_after after the signal
 }
 
 // startSlurm records the Slurm context of the run (event "slurm" and one
