@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 )
 
 // Clock jumps. gpuguard measures durations with Go's monotonic clock
@@ -50,16 +52,16 @@ func TestSamplerClockJumpsBackwards(t *testing.T) {
 		return now
 	}
 	tl := &rowCounter{n: 30, done: make(chan struct{})}
-	s := probes.NewSampler(probes.SamplerConfig{BaseHz: 500, FastHz: 1000, FastFor: time.Second, Timeline: tl, Attempt: 1, Now: clock})
+	s := memory.NewSampler(memory.SamplerConfig{BaseHz: 500, FastHz: 1000, FastFor: time.Second, Timeline: tl, Attempt: 1, Now: clock})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		s.Run(ctx, func() int { return os.Getpid() })
 	}()
-	s.SetPhase(probes.PhaseTrain, 0)
-	s.SetPhase(probes.PhaseVal, 0) // phase changes mid-jump
-	s.SetPhase(probes.PhaseTrain, 1)
+	s.SetPhase(classify.PhaseTrain, 0)
+	s.SetPhase(classify.PhaseVal, 0) // phase changes mid-jump
+	s.SetPhase(classify.PhaseTrain, 1)
 	select {
 	case <-tl.done:
 	case <-time.After(30 * time.Second):
@@ -72,7 +74,7 @@ func TestSamplerClockJumpsBackwards(t *testing.T) {
 		t.Fatal("the sampler did not stop")
 	}
 	sum := s.Summary()
-	if _, ok := sum.Phase(probes.PhaseTrain); !ok {
+	if _, ok := sum.Phase(classify.PhaseTrain); !ok {
 		t.Errorf("no train phase in the summary after the jumps: %+v", sum)
 	}
 	tl.mu.Lock()
@@ -91,19 +93,19 @@ func TestCheckpointScanClockJumpsBackwards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := probes.CheckpointSpec{Globs: []string{"ckpt/step_*.ckpt"}, Choose: "highest_step", Quiet: 10 * time.Second}
+	spec := checkpoint.Spec{Globs: []string{"ckpt/step_*.ckpt"}, Choose: "highest_step", Quiet: 10 * time.Second}
 	back := fi.ModTime().Add(-time.Hour) // the clock now reads an hour before the write
-	all, err := probes.ScanCheckpoints(dir, spec, back)
+	all, err := checkpoint.Scan(dir, spec, back)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 1 || all[0].Complete || !strings.Contains(all[0].Why, "future") {
 		t.Fatalf("scan with the clock an hour back: %+v", all)
 	}
-	if _, ok, err := probes.LatestCheckpoint(dir, spec, back); ok || err != nil {
+	if _, ok, err := checkpoint.Latest(dir, spec, back); ok || err != nil {
 		t.Errorf("LatestCheckpoint took a checkpoint from the future as complete (err %v)", err)
 	}
-	if c, ok, err := probes.LatestCheckpoint(dir, spec, fi.ModTime().Add(11*time.Second)); !ok || err != nil || c.Path != ck {
+	if c, ok, err := checkpoint.Latest(dir, spec, fi.ModTime().Add(11*time.Second)); !ok || err != nil || c.Path != ck {
 		t.Errorf("once the clock is past it by the quiet period: %+v %v %v", c, ok, err)
 	}
 }

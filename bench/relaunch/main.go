@@ -31,7 +31,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 const gib = 1 << 30
@@ -65,7 +65,7 @@ var shapes = []shape{
 
 // attempt runs the simulated job once with batch and val crop (0: full
 // resolution) and returns the verdict of its end (Kind none when it fits).
-func (s shape) attempt(batch int, valCrop float64, allocFixed bool) probes.Verdict {
+func (s shape) attempt(batch int, valCrop float64, allocFixed bool) classify.Verdict {
 	usable := s.capacity
 	if !allocFixed {
 		usable *= 1 - s.frag
@@ -77,14 +77,14 @@ func (s shape) attempt(batch int, valCrop float64, allocFixed bool) probes.Verdi
 	}
 	val := s.fixed + float64(batch)*s.perSample*sq(vres/256)*s.valFactor
 	for _, p := range []struct {
-		phase probes.Phase
+		phase classify.Phase
 		peak  float64
-	}{{probes.PhaseTrain, train}, {probes.PhaseVal, val}} {
+	}{{classify.PhaseTrain, train}, {classify.PhaseVal, val}} {
 		if p.peak > usable {
-			return probes.Verdict{Kind: probes.KindGPUOOM, Phase: p.phase, Fragmentation: p.peak <= s.capacity}
+			return classify.Verdict{Kind: classify.KindGPUOOM, Phase: p.phase, Fragmentation: p.peak <= s.capacity}
 		}
 	}
-	return probes.Verdict{Kind: probes.KindNone}
+	return classify.Verdict{Kind: classify.KindNone}
 }
 
 func sq(x float64) float64 { return x * x }
@@ -120,11 +120,11 @@ func gpuguard(pol *policy.Policy, s shape) result {
 		if crop > 0 {
 			r.valCrop = strconv.Itoa(int(crop))
 		}
-		if v.Kind == probes.KindNone {
+		if v.Kind == classify.KindNone {
 			r.fit = true
 			return r
 		}
-		d := pol.Decide(st, policy.Outcome{Verdict: v, Exit: probes.Exit{Code: 1}, Attempt: n, Rand: 0.5})
+		d := pol.Decide(st, policy.Outcome{Verdict: v, Exit: classify.Exit{Code: 1}, Attempt: n, Rand: 0.5})
 		if d.Verb != policy.Relaunch {
 			r.why = d.Reason
 			return r
@@ -140,7 +140,7 @@ func halving(s shape) result {
 	for n := 1; ; n++ {
 		v := s.attempt(batch, 0, false)
 		r := result{relaunches: n - 1, batch: batch, accum: 1, valCrop: "full"}
-		if v.Kind == probes.KindNone {
+		if v.Kind == classify.KindNone {
 			r.fit = true
 			return r
 		}

@@ -6,7 +6,7 @@
 // gpuguard run directory, or its output.log, is read attempt by attempt), and
 // prints what happened (out-of-memory kind, or a crash that is not memory),
 // where (line, phase, rank, step), the figures the message printed in GiB,
-// and what to change. The classification is probes.ClassifyReader's; this
+// and what to change. The classification is classify.ClassifyReader's; this
 // package only renders it.
 package explain
 
@@ -22,7 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
@@ -91,7 +92,7 @@ func Command(o Options) int {
 type result struct {
 	File    string
 	Attempt int
-	Verdict probes.Verdict
+	Verdict classify.Verdict
 }
 
 // explainPath explains a log file, or a gpuguard run directory (or the
@@ -185,7 +186,7 @@ func explainRun(dir string, spans []attemptSpan) ([]result, error) {
 		if i+1 < len(spans) {
 			r = io.NewSectionReader(f, s.offset, max(spans[i+1].offset-s.offset, 0))
 		}
-		v, err := probes.ClassifyReader(r, probes.ClassifierOptions{})
+		v, err := classify.ClassifyReader(r, classify.ClassifierOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
 		}
@@ -202,25 +203,25 @@ func displayName(path string) string {
 }
 
 // explainOne classifies one log. Its errors name the log and say what to do.
-func explainOne(path string, stdin io.Reader, stdinUsed *bool) (probes.Verdict, error) {
+func explainOne(path string, stdin io.Reader, stdinUsed *bool) (classify.Verdict, error) {
 	var r io.Reader
 	if path == "-" {
 		if stdin == nil {
-			return probes.Verdict{}, errors.New("no standard input to read the log \"-\" from")
+			return classify.Verdict{}, errors.New("no standard input to read the log \"-\" from")
 		}
 		if *stdinUsed {
-			return probes.Verdict{}, errors.New(`"-" (standard input) is named more than once; it can be read only once`)
+			return classify.Verdict{}, errors.New(`"-" (standard input) is named more than once; it can be read only once`)
 		}
 		*stdinUsed = true
 		r = stdin
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
-			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: %w", path, unwrapPath(err))
+			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: %w", path, unwrapPath(err))
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: it is a directory; name the log file inside it", path)
+			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: it is a directory; name the log file inside it", path)
 		}
 		r = f
 	}
@@ -229,14 +230,14 @@ func explainOne(path string, stdin io.Reader, stdinUsed *bool) (probes.Verdict, 
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return probes.Verdict{}, fmt.Errorf("cannot read the log %s: it looks gzip-compressed but is not valid gzip: %w", displayName(path), err)
+			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: it looks gzip-compressed but is not valid gzip: %w", displayName(path), err)
 		}
 		defer zr.Close()
 		src = zr
 	}
-	v, err := probes.ClassifyReader(src, probes.ClassifierOptions{})
+	v, err := classify.ClassifyReader(src, classify.ClassifierOptions{})
 	if err != nil {
-		return probes.Verdict{}, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
+		return classify.Verdict{}, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
 	}
 	return v, nil
 }
@@ -255,21 +256,21 @@ func unwrapPath(err error) error {
 type jsonVerdict struct {
 	File    string `json:"file"`
 	Attempt int    `json:"attempt,omitempty"` // in a run directory: the attempt, from 1
-	probes.Verdict
-	Phase       *probes.Phase      `json:"phase"`
-	Phases      []probes.PhaseMark `json:"phases"`
-	Suggestions []string           `json:"suggestions"`
+	classify.Verdict
+	Phase       *classify.Phase      `json:"phase"`
+	Phases      []classify.PhaseMark `json:"phases"`
+	Suggestions []string             `json:"suggestions"`
 }
 
 func writeJSON(w io.Writer, r result) error {
 	v := r.Verdict
 	j := jsonVerdict{File: r.File, Attempt: r.Attempt, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions}
-	if v.Phase != probes.PhaseNone {
+	if v.Phase != classify.PhaseNone {
 		p := v.Phase
 		j.Phase = &p
 	}
 	if j.Phases == nil {
-		j.Phases = []probes.PhaseMark{}
+		j.Phases = []classify.PhaseMark{}
 	}
 	if j.Suggestions == nil {
 		j.Suggestions = []string{}
@@ -280,15 +281,15 @@ func writeJSON(w io.Writer, r result) error {
 }
 
 // kindTitle is the headline of a kind.
-func kindTitle(v probes.Verdict) string {
+func kindTitle(v classify.Verdict) string {
 	switch v.Kind {
-	case probes.KindGPUOOM:
+	case classify.KindGPUOOM:
 		return "GPU out of memory"
-	case probes.KindCPUAllocOOM:
+	case classify.KindCPUAllocOOM:
 		return "host memory allocation failed"
-	case probes.KindHostOOM:
+	case classify.KindHostOOM:
 		return "killed for host memory"
-	case probes.KindCrash:
+	case classify.KindCrash:
 		return "failed, not for memory"
 	}
 	return "no failure found"
@@ -317,7 +318,7 @@ func writeText(w *bufio.Writer, r result) error {
 			}
 		}
 	}
-	if v.Kind != probes.KindNone {
+	if v.Kind != classify.KindNone {
 		field("cause", v.Reason)
 	}
 	field("where", whereText(v))
@@ -348,13 +349,13 @@ func writeText(w *bufio.Writer, r result) error {
 	return nil
 }
 
-func whereText(v probes.Verdict) string {
+func whereText(v classify.Verdict) string {
 	var parts []string
 	if v.Line > 0 {
 		parts = append(parts, fmt.Sprintf("line %d", v.Line))
 	}
 	phase := "none"
-	if v.Phase != probes.PhaseNone {
+	if v.Phase != classify.PhaseNone {
 		phase = string(v.Phase)
 	}
 	parts = append(parts, "phase "+phase)
@@ -373,16 +374,7 @@ func whereText(v probes.Verdict) string {
 	return strings.Join(parts, ", ")
 }
 
-// gib formats bytes in GiB, as the diagnosis does.
-func gib(b int64) string {
-	g := float64(b) / (1 << 30)
-	if b != 0 && b < 100<<20 {
-		return fmt.Sprintf("%.2f GiB (%.2f MiB)", g, float64(b)/(1<<20))
-	}
-	return fmt.Sprintf("%.2f GiB", g)
-}
-
-func memoryText(v probes.Verdict) []string {
+func memoryText(v classify.Verdict) []string {
 	o := v.OOM
 	if o == nil {
 		return nil
@@ -390,7 +382,7 @@ func memoryText(v probes.Verdict) []string {
 	var out []string
 	var first []string
 	if o.RequestedBytes != nil {
-		first = append(first, "requested "+gib(*o.RequestedBytes))
+		first = append(first, "requested "+humanize.GiB(*o.RequestedBytes))
 	}
 	if o.Device != nil {
 		first = append(first, "on "+*o.Device)
@@ -400,32 +392,32 @@ func memoryText(v probes.Verdict) []string {
 	}
 	var dev []string
 	if o.TotalBytes != nil {
-		dev = append(dev, gib(*o.TotalBytes)+" total")
+		dev = append(dev, humanize.GiB(*o.TotalBytes)+" total")
 	}
 	if o.FreeBytes != nil {
-		dev = append(dev, gib(*o.FreeBytes)+" free")
+		dev = append(dev, humanize.GiB(*o.FreeBytes)+" free")
 	}
 	if len(dev) > 0 {
 		out = append(out, "device: "+strings.Join(dev, ", "))
 	}
 	var held []string
 	if o.InUseBytes != nil {
-		held = append(held, "this process "+gib(*o.InUseBytes)+" in use")
+		held = append(held, "this process "+humanize.GiB(*o.InUseBytes)+" in use")
 	}
 	if o.AllocatedBytes != nil {
-		held = append(held, gib(*o.AllocatedBytes)+" allocated")
+		held = append(held, humanize.GiB(*o.AllocatedBytes)+" allocated")
 	}
 	if o.ReservedUnallocatedBytes != nil {
-		held = append(held, gib(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
+		held = append(held, humanize.GiB(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
 	}
 	if o.ReservedTotalBytes != nil {
-		held = append(held, gib(*o.ReservedTotalBytes)+" reserved in total")
+		held = append(held, humanize.GiB(*o.ReservedTotalBytes)+" reserved in total")
 	}
 	if len(held) > 0 {
 		out = append(out, "held: "+strings.Join(held, ", "))
 	}
 	for _, p := range o.OtherProcesses {
-		out = append(out, fmt.Sprintf("other process %d: %s", p.PID, gib(p.Bytes)))
+		out = append(out, fmt.Sprintf("other process %d: %s", p.PID, humanize.GiB(p.Bytes)))
 	}
 	if o.RequestedBytes != nil && o.ReservedUnallocatedBytes != nil {
 		yes := "no"
@@ -437,7 +429,7 @@ func memoryText(v probes.Verdict) []string {
 	return out
 }
 
-func phasesText(ms []probes.PhaseMark) string {
+func phasesText(ms []classify.PhaseMark) string {
 	if len(ms) == 0 {
 		return ""
 	}

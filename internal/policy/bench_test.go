@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // BenchmarkParse measures reading a policy file of realistic size.
@@ -27,7 +27,7 @@ func BenchmarkDecideRender(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := Outcome{Attempt: 1, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: probes.PhaseVal}, Rand: 0.5}
+	out := Outcome{Attempt: 1, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: classify.PhaseVal}, Rand: 0.5}
 	for b.Loop() {
 		d := p.Decide(NewState(vals), out)
 		if d.Verb != Relaunch {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // Verb is what to do after an attempt.
@@ -22,8 +22,8 @@ const (
 
 // Outcome is what the supervisor knows about an attempt that ended.
 type Outcome struct {
-	Verdict probes.Verdict // the classifier's verdict on the attempt's output and exit
-	Exit    probes.Exit
+	Verdict classify.Verdict // the classifier's verdict on the attempt's output and exit
+	Exit    classify.Exit
 	Attempt int // 1-based number of the attempt that ended
 	// StartStep is the training step of the checkpoint the attempt resumed
 	// from (nil: started from scratch or unknown); LastStep is the last step
@@ -31,7 +31,7 @@ type Outcome struct {
 	StartStep, LastStep *int64
 	// Peaks is the highest fraction of GPU memory in use per phase during
 	// the attempt; a missing phase or 0 means unknown.
-	Peaks map[probes.Phase]float64
+	Peaks map[classify.Phase]float64
 	// Terminated: gpuguard itself received a terminating signal (Slurm
 	// preemption, scancel, Ctrl-C). Such a job is never relaunched.
 	Terminated bool
@@ -44,11 +44,11 @@ type Outcome struct {
 // keeps so that a requeued run continues with the settings that fit. It is
 // JSON-serialisable. Decide never changes the State it is given.
 type State struct {
-	Relaunches int                  `json:"relaunches"`        // relaunches so far, all causes
-	ByKind     map[probes.Kind]int  `json:"by_kind,omitempty"` // relaunches per failure kind
-	NoProgress int                  `json:"no_progress"`       // relaunches after attempts that made no progress
-	Rules      map[string]RuleState `json:"rules,omitempty"`   // escalation position per rule name
-	Values     Values               `json:"values"`            // current knob values (and EnvKey variables)
+	Relaunches int                   `json:"relaunches"`        // relaunches so far, all causes
+	ByKind     map[classify.Kind]int `json:"by_kind,omitempty"` // relaunches per failure kind
+	NoProgress int                   `json:"no_progress"`       // relaunches after attempts that made no progress
+	Rules      map[string]RuleState  `json:"rules,omitempty"`   // escalation position per rule name
+	Values     Values                `json:"values"`            // current knob values (and EnvKey variables)
 }
 
 // RuleState is a rule's progress through its steps.
@@ -61,7 +61,7 @@ type RuleState struct {
 // NewState returns the state of a run before its first attempt, holding a
 // copy of the starting values (from Start).
 func NewState(vals Values) State {
-	return State{Values: vals.Clone(), ByKind: map[probes.Kind]int{}, Rules: map[string]RuleState{}}
+	return State{Values: vals.Clone(), ByKind: map[classify.Kind]int{}, Rules: map[string]RuleState{}}
 }
 
 func (st State) clone() State {
@@ -69,7 +69,7 @@ func (st State) clone() State {
 	out.Values = st.Values.Clone()
 	out.ByKind = maps.Clone(st.ByKind)
 	if out.ByKind == nil {
-		out.ByKind = map[probes.Kind]int{}
+		out.ByKind = map[classify.Kind]int{}
 	}
 	out.Rules = make(map[string]RuleState, len(st.Rules))
 	for k, r := range st.Rules {
@@ -167,20 +167,20 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		d.Reason = fmt.Sprintf("gpuguard was told to stop (preemption, cancel or Ctrl-C): the job is not relaunched; its status %d is passed on", out.Exit.Code)
 		return d
 	}
-	if kind == "" || kind == probes.KindNone {
-		kind = probes.KindCrash
+	if kind == "" || kind == classify.KindNone {
+		kind = classify.KindCrash
 	}
 	what := describeFailure(kind, out)
 	if st.Relaunches >= p.budget.relaunches {
 		d.Reason = fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
 		return d
 	}
-	if kind == probes.KindCrash && p.budget.crash == 0 {
+	if kind == classify.KindCrash && p.budget.crash == 0 {
 		d.Reason = fmt.Sprintf("%s: not a memory failure, and the policy does not retry crashes (budget.crash is 0); status %d is passed on", what, out.Exit.Code)
 		return d
 	}
 	limit, limited := p.budget.perKind[kind]
-	if kind == probes.KindCrash {
+	if kind == classify.KindCrash {
 		limit, limited = p.budget.crash, true
 	}
 	if limited && st.ByKind[kind] >= limit {
@@ -246,7 +246,7 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 }
 
 // describeFailure is "gpu_oom in val (rank 1, fragmentation)" for reasons.
-func describeFailure(kind probes.Kind, out Outcome) string {
+func describeFailure(kind classify.Kind, out Outcome) string {
 	v := out.Verdict
 	phase := string(v.Phase)
 	if phase == "" {
@@ -269,7 +269,7 @@ func describeFailure(kind probes.Kind, out Outcome) string {
 	return s
 }
 
-func (m match) matches(kind probes.Kind, out Outcome) bool {
+func (m match) matches(kind classify.Kind, out Outcome) bool {
 	v := out.Verdict
 	switch {
 	case m.kinds != nil && !slices.Contains(m.kinds, kind):

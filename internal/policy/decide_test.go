@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
-func oom(phase probes.Phase) Outcome {
-	return Outcome{Attempt: 1, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: phase}, Rand: 0.5}
+func oom(phase classify.Phase) Outcome {
+	return Outcome{Attempt: 1, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: phase}, Rand: 0.5}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -99,7 +99,7 @@ func TestActions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := actionPolicy(t, tc.step)
 			st := NewState(tc.vals)
-			d := p.Decide(st, oom(probes.PhaseTrain))
+			d := p.Decide(st, oom(classify.PhaseTrain))
 			if !reflect.DeepEqual(st.Values, NewState(tc.vals).Values) {
 				t.Errorf("Decide changed the state it was given")
 			}
@@ -141,29 +141,29 @@ budget: {crash: 1}
 
 func TestMatching(t *testing.T) {
 	p := mustParse(t, matchPolicy)
-	v := func(kind probes.Kind, phase probes.Phase) probes.Verdict {
-		return probes.Verdict{Kind: kind, Phase: phase}
+	v := func(kind classify.Kind, phase classify.Phase) classify.Verdict {
+		return classify.Verdict{Kind: kind, Phase: phase}
 	}
 	for _, tc := range []struct {
 		name string
 		out  Outcome
 		want string // rule that fires, "" for none
 	}{
-		{"host oom", Outcome{Verdict: v(probes.KindHostOOM, "train")}, "kinds"},
-		{"cpu alloc oom", Outcome{Verdict: v(probes.KindCPUAllocOOM, "val")}, "kinds"},
-		{"fragmentation", Outcome{Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: "val", Fragmentation: true}}, "frag"},
-		{"other processes", Outcome{Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: "val", OtherProcesses: true}}, "others"},
-		{"rank in list", Outcome{Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: "train", Rank: ptr(3)}}, "rank1"},
-		{"rank not in list", Outcome{Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: "val", Rank: ptr(0)}}, "val"},
-		{"rank unknown does not match a rank condition", Outcome{Verdict: v(probes.KindGPUOOM, "val")}, "val"},
-		{"attempt 3", Outcome{Attempt: 3, Verdict: v(probes.KindGPUOOM, "val")}, "late"},
-		{"attempt 2", Outcome{Attempt: 2, Verdict: v(probes.KindGPUOOM, "val")}, "val"},
-		{"val peak over", Outcome{Verdict: v(probes.KindGPUOOM, "train"), Peaks: map[probes.Phase]float64{probes.PhaseVal: 0.97}}, "peak"},
-		{"val peak at threshold", Outcome{Verdict: v(probes.KindGPUOOM, "train"), Peaks: map[probes.Phase]float64{probes.PhaseVal: 0.95}}, ""},
-		{"peak unknown", Outcome{Verdict: v(probes.KindGPUOOM, "train")}, ""},
-		{"unknown phase, any kind", Outcome{Verdict: v(probes.KindGPUOOM, "")}, "unknown"},
-		{"unrecognised failure is a crash", Outcome{Verdict: v(probes.KindNone, "")}, "unknown"},
-		{"crash in train", Outcome{Verdict: v(probes.KindCrash, "train")}, ""},
+		{"host oom", Outcome{Verdict: v(classify.KindHostOOM, "train")}, "kinds"},
+		{"cpu alloc oom", Outcome{Verdict: v(classify.KindCPUAllocOOM, "val")}, "kinds"},
+		{"fragmentation", Outcome{Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: "val", Fragmentation: true}}, "frag"},
+		{"other processes", Outcome{Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: "val", OtherProcesses: true}}, "others"},
+		{"rank in list", Outcome{Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: "train", Rank: ptr(3)}}, "rank1"},
+		{"rank not in list", Outcome{Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: "val", Rank: ptr(0)}}, "val"},
+		{"rank unknown does not match a rank condition", Outcome{Verdict: v(classify.KindGPUOOM, "val")}, "val"},
+		{"attempt 3", Outcome{Attempt: 3, Verdict: v(classify.KindGPUOOM, "val")}, "late"},
+		{"attempt 2", Outcome{Attempt: 2, Verdict: v(classify.KindGPUOOM, "val")}, "val"},
+		{"val peak over", Outcome{Verdict: v(classify.KindGPUOOM, "train"), Peaks: map[classify.Phase]float64{classify.PhaseVal: 0.97}}, "peak"},
+		{"val peak at threshold", Outcome{Verdict: v(classify.KindGPUOOM, "train"), Peaks: map[classify.Phase]float64{classify.PhaseVal: 0.95}}, ""},
+		{"peak unknown", Outcome{Verdict: v(classify.KindGPUOOM, "train")}, ""},
+		{"unknown phase, any kind", Outcome{Verdict: v(classify.KindGPUOOM, "")}, "unknown"},
+		{"unrecognised failure is a crash", Outcome{Verdict: v(classify.KindNone, "")}, "unknown"},
+		{"crash in train", Outcome{Verdict: v(classify.KindCrash, "train")}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.out.Exit.Code = 1
@@ -206,9 +206,9 @@ budget: {relaunches: 20}
 	st := NewState(Values{"bs": Text("8"), "ga": Text("1"), "crop": Null})
 	var got []string
 	for i := 1; i <= 12; i++ {
-		phase := probes.PhaseVal
+		phase := classify.PhaseVal
 		if i > 3 {
-			phase = probes.PhaseTrain
+			phase = classify.PhaseTrain
 		}
 		out := oom(phase)
 		out.Attempt = i
@@ -246,7 +246,7 @@ budget: {relaunches: 20}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("escalation:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if st.Relaunches != 6 || st.ByKind[probes.KindGPUOOM] != 6 || st.Rules["train-oom"].Fired != 4 || st.Rules["train-oom"].Step != 2 {
+	if st.Relaunches != 6 || st.ByKind[classify.KindGPUOOM] != 6 || st.Rules["train-oom"].Fired != 4 || st.Rules["train-oom"].Step != 2 {
 		t.Errorf("state counters: %+v", st)
 	}
 }
@@ -261,7 +261,7 @@ rules:
   - {name: val, when: {phase: val}, steps: [{halve: vbs}]}
   - {name: any, steps: [{halve: bs}]}
 `)
-	d := p.Decide(NewState(Values{"vbs": Text("1"), "bs": Text("4")}), oom(probes.PhaseVal))
+	d := p.Decide(NewState(Values{"vbs": Text("1"), "bs": Text("4")}), oom(classify.PhaseVal))
 	if d.Rule != "any" || d.Describe() != "rule any step 1: bs 4→2; relaunching in 5s" {
 		t.Errorf("got %s: %s", d.Rule, d.Describe())
 	}
@@ -282,21 +282,21 @@ budget: {relaunches: 4, per_kind: {gpu_oom: 2}, no_progress: 1, crash: 1}
 		verb   Verb
 		reason string
 	}{
-		{"success", nil, Outcome{Attempt: 1, Verdict: probes.Verdict{Kind: probes.KindGPUOOM}}, Done, "the job exited with status 0"},
-		{"terminated never relaunches", nil, Outcome{Attempt: 1, Terminated: true, Exit: probes.Exit{Code: 143, Signal: 15}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM}}, GiveUp,
+		{"success", nil, Outcome{Attempt: 1, Verdict: classify.Verdict{Kind: classify.KindGPUOOM}}, Done, "the job exited with status 0"},
+		{"terminated never relaunches", nil, Outcome{Attempt: 1, Terminated: true, Exit: classify.Exit{Code: 143, Signal: 15}, Verdict: classify.Verdict{Kind: classify.KindGPUOOM}}, GiveUp,
 			"gpuguard was told to stop (preemption, cancel or Ctrl-C): the job is not relaunched; its status 143 is passed on"},
-		{"first gpu oom", nil, oom(probes.PhaseTrain), Relaunch, "attempt 1: gpu_oom in train matched rule r (step 1 of 1); relaunch 1 of 4, gpu_oom 1 of 2"},
-		{"per kind exhausted", func(s State) State { s.Relaunches, s.ByKind[probes.KindGPUOOM] = 2, 2; return s }, oom(probes.PhaseTrain), GiveUp,
+		{"first gpu oom", nil, oom(classify.PhaseTrain), Relaunch, "attempt 1: gpu_oom in train matched rule r (step 1 of 1); relaunch 1 of 4, gpu_oom 1 of 2"},
+		{"per kind exhausted", func(s State) State { s.Relaunches, s.ByKind[classify.KindGPUOOM] = 2, 2; return s }, oom(classify.PhaseTrain), GiveUp,
 			"attempt 1: gpu_oom in train; budget for gpu_oom exhausted (2/2)"},
-		{"other kind still has budget", func(s State) State { s.Relaunches, s.ByKind[probes.KindGPUOOM] = 2, 2; return s },
-			Outcome{Attempt: 3, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindHostOOM}}, Relaunch,
+		{"other kind still has budget", func(s State) State { s.Relaunches, s.ByKind[classify.KindGPUOOM] = 2, 2; return s },
+			Outcome{Attempt: 3, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindHostOOM}}, Relaunch,
 			"attempt 3: host_oom in an unknown phase matched rule r (step 1 of 1); relaunch 3 of 4"},
-		{"overall exhausted", func(s State) State { s.Relaunches = 4; return s }, Outcome{Attempt: 5, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindHostOOM}}, GiveUp,
+		{"overall exhausted", func(s State) State { s.Relaunches = 4; return s }, Outcome{Attempt: 5, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindHostOOM}}, GiveUp,
 			"attempt 5: host_oom in an unknown phase; relaunch budget exhausted (4/4)"},
-		{"crash retried once", nil, Outcome{Attempt: 1, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindCrash, Reason: "NCCL timeout"}}, Relaunch,
+		{"crash retried once", nil, Outcome{Attempt: 1, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindCrash, Reason: "NCCL timeout"}}, Relaunch,
 			"attempt 1: crash in an unknown phase matched rule r (step 1 of 1); relaunch 1 of 4, crash 1 of 1"},
-		{"crash budget exhausted", func(s State) State { s.Relaunches, s.ByKind[probes.KindCrash] = 1, 1; return s },
-			Outcome{Attempt: 2, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindCrash}}, GiveUp,
+		{"crash budget exhausted", func(s State) State { s.Relaunches, s.ByKind[classify.KindCrash] = 1, 1; return s },
+			Outcome{Attempt: 2, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindCrash}}, GiveUp,
 			"attempt 2: crash in an unknown phase; budget for crash exhausted (1/1)"},
 		{"no progress counted", nil, func() Outcome { o := oom("train"); o.StartStep, o.LastStep = step(500), step(500); return o }(), Relaunch,
 			"attempt 1: gpu_oom in train matched rule r (step 1 of 1); relaunch 1 of 4, gpu_oom 1 of 2, no progress 1 of 1"},
@@ -337,7 +337,7 @@ budget: {relaunches: 4, per_kind: {gpu_oom: 2}, no_progress: 1, crash: 1}
 // Crashes are not retried by default, even with a rule that matches.
 func TestCrashNotRetriedByDefault(t *testing.T) {
 	p := mustParse(t, "version: 1\nrules:\n  - {name: r, steps: [{retry: true}]}\n")
-	d := p.Decide(NewState(nil), Outcome{Attempt: 1, Exit: probes.Exit{Code: 134, Signal: 6}, Verdict: probes.Verdict{Kind: probes.KindCrash, Phase: "train"}})
+	d := p.Decide(NewState(nil), Outcome{Attempt: 1, Exit: classify.Exit{Code: 134, Signal: 6}, Verdict: classify.Verdict{Kind: classify.KindCrash, Phase: "train"}})
 	if d.Verb != GiveUp || d.Reason != "attempt 1: crash in train: not a memory failure, and the policy does not retry crashes (budget.crash is 0); status 134 is passed on" {
 		t.Errorf("%s: %s", d.Verb, d.Reason)
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // FuzzParse: any input either fails with located errors or yields a policy
@@ -32,7 +32,7 @@ func FuzzParse(f *testing.F) {
 		}
 		st := NewState(vals)
 		for i := 1; i <= 3; i++ {
-			d := p.Decide(st, Outcome{Attempt: i, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: probes.PhaseTrain}, Rand: 0.3})
+			d := p.Decide(st, Outcome{Attempt: i, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain}, Rand: 0.3})
 			_ = d.Describe()
 			st = d.State
 		}

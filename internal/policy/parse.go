@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // Parse reads and validates a policy file. filename is used only in
@@ -229,7 +229,7 @@ var topKeys = []string{"version", "description", "knobs", "rules", "budget", "ba
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
 		knobByName: map[string]*knob{},
-		budget:     budget{relaunches: 5, noProgress: 2, perKind: map[probes.Kind]int{}},
+		budget:     budget{relaunches: 5, noProgress: 2, perKind: map[classify.Kind]int{}},
 		backoff:    backoff{initial: 5 * time.Second, factor: 2, max: 5 * time.Minute, jitter: 0.2},
 		oomGrace:   30 * time.Second,
 		sampling:   Sampling{BaseHz: 1, ValHz: 20, FastWindow: 5 * time.Second},
@@ -445,7 +445,7 @@ func (w *walker) rules(n *yaml.Node, p *Policy) []*rule {
 	return out
 }
 
-var kindNames = []string{string(probes.KindGPUOOM), string(probes.KindCPUAllocOOM), string(probes.KindHostOOM), string(probes.KindCrash)}
+var kindNames = []string{string(classify.KindGPUOOM), string(classify.KindCPUAllocOOM), string(classify.KindHostOOM), string(classify.KindCrash)}
 
 // kindAliases are names people use for the failure kinds.
 var kindAliases = map[string]string{
@@ -470,17 +470,17 @@ func (w *walker) match(n *yaml.Node, what string) match {
 					}
 					w.at(f.val, "%s: unknown failure kind %q%s; kinds: %s", what, s, hint, strings.Join(kindNames, ", "))
 				}
-				m.kinds = append(m.kinds, probes.Kind(s))
+				m.kinds = append(m.kinds, classify.Kind(s))
 			}
 		case "phase":
 			for _, s := range w.strList(f.val, what+" phase") {
 				switch s {
 				case "train":
-					m.phases = append(m.phases, probes.PhaseTrain)
+					m.phases = append(m.phases, classify.PhaseTrain)
 				case "val":
-					m.phases = append(m.phases, probes.PhaseVal)
+					m.phases = append(m.phases, classify.PhaseVal)
 				case "unknown":
-					m.phases = append(m.phases, probes.PhaseNone)
+					m.phases = append(m.phases, classify.PhaseNone)
 				default:
 					w.at(f.val, "%s: unknown phase %q%s; phases: train, val, unknown (no marker seen)", what, s, didYouMean(s, []string{"train", "val", "unknown"}))
 				}
@@ -503,7 +503,7 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			m.attempt = w.comparison(f.val, what+" attempt")
 		case "peak":
 			for _, pf := range w.mapping(f.val, what+" peak", "train", "val") {
-				m.peaks = append(m.peaks, peakCond{phase: probes.Phase(pf.name), over: w.fraction(pf.val, what+" peak "+pf.name)})
+				m.peaks = append(m.peaks, peakCond{phase: classify.Phase(pf.name), over: w.fraction(pf.val, what+" peak "+pf.name)})
 			}
 		}
 	}
@@ -761,7 +761,7 @@ func (w *walker) budget(n *yaml.Node, b *budget) {
 			b.crash = w.integer(f.val, "budget crash", 0)
 		case "per_kind":
 			for _, kf := range w.mapping(f.val, "budget per_kind", kindNames...) {
-				b.perKind[probes.Kind(kf.name)] = w.integer(kf.val, "budget per_kind "+kf.name, 0)
+				b.perKind[classify.Kind(kf.name)] = w.integer(kf.val, "budget per_kind "+kf.name, 0)
 			}
 		}
 	}
@@ -805,15 +805,15 @@ func (w *walker) samplingSpec(n *yaml.Node, s *Sampling) {
 	}
 }
 
-func (w *walker) phasePatterns(n *yaml.Node) []probes.PhasePattern {
+func (w *walker) phasePatterns(n *yaml.Node) []classify.PhasePattern {
 	if n.Kind != yaml.SequenceNode {
 		w.at(n, "phases must be a list of {phase: val, regexp: '...'}, not %s", kindName(n))
 		return nil
 	}
-	var out []probes.PhasePattern
+	var out []classify.PhasePattern
 	for i, c := range n.Content {
 		what := fmt.Sprintf("phases entry %d", i+1)
-		var pp probes.PhasePattern
+		var pp classify.PhasePattern
 		var havePhase, haveRE bool
 		for _, f := range w.mapping(c, what, "phase", "regexp") {
 			switch f.name {
@@ -823,7 +823,7 @@ func (w *walker) phasePatterns(n *yaml.Node) []probes.PhasePattern {
 				if s != "train" && s != "val" {
 					w.at(f.val, "%s: phase must be train or val, not %q%s", what, s, didYouMean(s, []string{"train", "val"}))
 				}
-				pp.Phase = probes.Phase(s)
+				pp.Phase = classify.Phase(s)
 			case "regexp":
 				haveRE = true
 				pp.Regexp = w.str(f.val, what+": regexp")

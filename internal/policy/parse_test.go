@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 const fullPolicy = `version: 1
@@ -69,7 +69,7 @@ func TestParseFull(t *testing.T) {
 	if s := p.Sampling(); s != (Sampling{BaseHz: 2, ValHz: 50, FastWindow: 3 * time.Second}) {
 		t.Errorf("Sampling = %+v", s)
 	}
-	if pp := p.PhasePatterns(); len(pp) != 1 || pp[0] != (probes.PhasePattern{Phase: probes.PhaseVal, Regexp: "^Evaluating"}) {
+	if pp := p.PhasePatterns(); len(pp) != 1 || pp[0] != (classify.PhasePattern{Phase: classify.PhaseVal, Regexp: "^Evaluating"}) {
 		t.Errorf("PhasePatterns = %+v", pp)
 	}
 	c := p.Checkpoint()

@@ -16,9 +16,8 @@ package policy
 import (
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/gpuguard/gpuguard/internal/probes"
 )
 
 // Version is the policy file format version this package reads.
@@ -36,7 +35,7 @@ type Policy struct {
 	backoff     backoff
 	oomGrace    time.Duration
 	sampling    Sampling
-	phases      []probes.PhasePattern
+	phases      []classify.PhasePattern
 	ckpt        CheckpointSpec
 	envVars     []string // variables named by set_env and merge_env actions, first use first
 	ckptPass    pass
@@ -86,18 +85,18 @@ func (p *Policy) Sampling() Sampling { return p.sampling }
 
 // PhasePatterns returns the policy's extra phase markers (key phases), in
 // file order. Each Regexp has been checked to compile with package regexp.
-func (p *Policy) PhasePatterns() []probes.PhasePattern {
-	return append([]probes.PhasePattern(nil), p.phases...)
+func (p *Policy) PhasePatterns() []classify.PhasePattern {
+	return append([]classify.PhasePattern(nil), p.phases...)
 }
 
 // CheckpointSpec is where the job's checkpoints are, how to tell a complete
 // one, and how a relaunch is pointed at one.
 //
-// The embedded probes.CheckpointSpec is what the checkpoint watcher needs.
-// Its Globs may name knobs in braces ("{output_dir}/checkpoint-*"); call
-// Expand with the current values before handing it to the watcher.
+// The embedded CheckpointFiles is what the checkpoint package reads. Its
+// Globs may name knobs in braces ("{output_dir}/checkpoint-*"); call Expand
+// with the current values before handing it on.
 type CheckpointSpec struct {
-	probes.CheckpointSpec
+	CheckpointFiles
 	// Pass says how Render passes the checkpoint, in words ("--resume
 	// PATH", "env RESUME_FROM", "ckpt_path=PATH"); "" when the policy does
 	// not say, and then Render cannot resume and says so.
@@ -115,6 +114,20 @@ type CheckpointSpec struct {
 }
 
 // Checkpoint returns the checkpoint spec, with its defaults filled in.
+// CheckpointFiles says where the job writes its checkpoints and how to tell
+// a complete one from one being written. It has exactly the fields of
+// checkpoint.Spec, so that the supervisor hands it on with a conversion,
+// checkpoint.Spec(c.CheckpointFiles), that the compiler checks, while the
+// policy package stays free of the checkpoint watcher's file-system
+// notifications and logging. See checkpoint.Spec for each field.
+type CheckpointFiles struct {
+	Globs  []string
+	Choose string
+	Marker string
+	Quiet  time.Duration
+	Poll   time.Duration
+}
+
 func (p *Policy) Checkpoint() CheckpointSpec {
 	c := p.ckpt
 	c.Globs = append([]string(nil), c.Globs...)
@@ -189,8 +202,8 @@ type rule struct {
 
 // match is a rule's when: every condition given must hold.
 type match struct {
-	kinds          []probes.Kind  // nil: any failure
-	phases         []probes.Phase // nil: any phase
+	kinds          []classify.Kind  // nil: any failure
+	phases         []classify.Phase // nil: any phase
 	fragmentation  *bool
 	otherProcesses *bool
 	ranks          []int
@@ -225,7 +238,7 @@ func (c comparison) String() string {
 }
 
 type peakCond struct {
-	phase probes.Phase
+	phase classify.Phase
 	over  float64 // fraction of GPU capacity
 }
 
@@ -257,7 +270,7 @@ type setting struct {
 
 type budget struct {
 	relaunches int
-	perKind    map[probes.Kind]int
+	perKind    map[classify.Kind]int
 	noProgress int
 	crash      int
 }

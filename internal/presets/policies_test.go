@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 var allPresets = []string{"argparse", "huggingface", "hydra", "lightning", "ultralytics"}
@@ -79,7 +79,7 @@ func TestPresetsBehave(t *testing.T) {
 				t.Errorf("first attempt must run the command as given: %v %v", l.Argv, err)
 			}
 
-			frag := outcome(probes.PhaseTrain)
+			frag := outcome(classify.PhaseTrain)
 			frag.Verdict.Fragmentation = true
 			d := p.Decide(policy.NewState(vals), frag)
 			if d.Verb != policy.Relaunch || d.Rule != "fragmentation" || d.Changes[0].Env != "PYTORCH_CUDA_ALLOC_CONF" {
@@ -88,7 +88,7 @@ func TestPresetsBehave(t *testing.T) {
 
 			st := policy.NewState(vals)
 			for i := 1; i <= 10; i++ {
-				o := outcome(probes.PhaseVal)
+				o := outcome(classify.PhaseVal)
 				o.Attempt = i
 				d := p.Decide(st, o)
 				if d.Verb != policy.Relaunch {
@@ -103,7 +103,7 @@ func TestPresetsBehave(t *testing.T) {
 			st = policy.NewState(vals)
 			var last policy.Decision
 			for i := 1; i <= 12; i++ {
-				o := outcome(probes.PhaseTrain)
+				o := outcome(classify.PhaseTrain)
 				o.Attempt = i
 				last = p.Decide(st, o)
 				if last.Verb != policy.Relaunch {
@@ -128,8 +128,8 @@ func TestPresetsBehave(t *testing.T) {
 	}
 }
 
-func outcome(phase probes.Phase) policy.Outcome {
-	return policy.Outcome{Attempt: 1, Exit: probes.Exit{Code: 1}, Verdict: probes.Verdict{Kind: probes.KindGPUOOM, Phase: phase}, Rand: 0.5}
+func outcome(phase classify.Phase) policy.Outcome {
+	return policy.Outcome{Attempt: 1, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindGPUOOM, Phase: phase}, Rand: 0.5}
 }
 
 func write(t *testing.T, path, text string) {

@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 )
 
 // BusyFraction: doctor exits 1 when a GPU the job will use already has more
@@ -27,10 +29,10 @@ type DoctorOptions struct {
 
 // DoctorReport is what doctor found; `gpuguard doctor --json` prints it.
 type DoctorReport struct {
-	NVML      GPUFacts             `json:"nvml"`
-	Host      *probes.HostSample   `json:"host,omitempty"`
-	HostError string               `json:"host_error,omitempty"`
-	Slurm     *probes.SlurmContext `json:"slurm,omitempty"`
+	NVML      GPUFacts           `json:"nvml"`
+	Host      *procfs.HostSample `json:"host,omitempty"`
+	HostError string             `json:"host_error,omitempty"`
+	Slurm     *slurmenv.Context  `json:"slurm,omitempty"`
 	// Env holds the allocator and device-selection variables that are set.
 	Env map[string]string `json:"env"`
 	// Busy lists the GPUs the job will use that are already mostly taken:
@@ -135,22 +137,22 @@ func doctor(o DoctorOptions, in doctorInputs) int {
 		}
 		if g.JobWillUse && g.UsedFrac > BusyFraction {
 			rep.Busy = append(rep.Busy, fmt.Sprintf("GPU %d (%s) already has %s of %s in use (%.0f%%)", g.Index, g.UUID,
-				probes.FormatBytes(g.UsedBytes), probes.FormatBytes(g.TotalBytes), 100*g.UsedFrac))
+				humanize.Bytes(g.UsedBytes), humanize.Bytes(g.TotalBytes), 100*g.UsedFrac))
 		}
 		for _, m := range g.MIGDevices {
 			if m.JobWillUse && m.TotalBytes > 0 && float64(m.UsedBytes) > BusyFraction*float64(m.TotalBytes) {
 				rep.Busy = append(rep.Busy, fmt.Sprintf("MIG device %s of GPU %d already has %s of %s in use", m.UUID, g.Index,
-					probes.FormatBytes(m.UsedBytes), probes.FormatBytes(m.TotalBytes)))
+					humanize.Bytes(m.UsedBytes), humanize.Bytes(m.TotalBytes)))
 			}
 		}
 	}
-	if h, err := probes.ReadHost(in.procRoot, in.selfPID); err != nil {
+	if h, err := procfs.ReadHost(in.procRoot, in.selfPID); err != nil {
 		rep.HostError = err.Error()
 	} else {
 		h.Processes, h.Workers, h.RSSBytes, h.PSSBytes, h.PSSComplete = 0, 0, 0, 0, false // doctor's own tree is not the point
 		rep.Host = &h
 	}
-	if s := probes.SlurmFromEnv(in.env); s.InSlurm() {
+	if s := slurmenv.FromEnv(in.env); s.InSlurm() {
 		rep.Slurm = &s
 	}
 	for _, k := range allocatorVars {
@@ -309,8 +311,8 @@ func writeDoctor(w io.Writer, r *DoctorReport) {
 			if g.JobWillUse {
 				use = "[job] "
 			}
-			line := fmt.Sprintf("  %s%d  %s  %s of %s in use (%.0f%%)", use, g.Index, g.Name, probes.FormatBytes(g.UsedBytes),
-				probes.FormatBytes(g.TotalBytes), 100*g.UsedFrac)
+			line := fmt.Sprintf("  %s%d  %s  %s of %s in use (%.0f%%)", use, g.Index, g.Name, humanize.Bytes(g.UsedBytes),
+				humanize.Bytes(g.TotalBytes), 100*g.UsedFrac)
 			if g.MIG != "" {
 				line += "  MIG " + g.MIG
 			}
@@ -324,12 +326,12 @@ func writeDoctor(w io.Writer, r *DoctorReport) {
 				if m.JobWillUse {
 					mark = " [job]"
 				}
-				p("        MIG %s: %s of %s in use%s", m.UUID, probes.FormatBytes(m.UsedBytes), probes.FormatBytes(m.TotalBytes), mark)
+				p("        MIG %s: %s of %s in use%s", m.UUID, humanize.Bytes(m.UsedBytes), humanize.Bytes(m.TotalBytes), mark)
 			}
 			for _, pr := range g.Processes {
 				mem := "?"
 				if pr.UsedBytes > 0 {
-					mem = probes.FormatBytes(pr.UsedBytes)
+					mem = humanize.Bytes(pr.UsedBytes)
 				}
 				p("        pid %d  %s  %s  %s", pr.PID, mem, orDash(pr.User), shorten(orDash(pr.Command), 100))
 				p("          %s", pr.Status)
@@ -338,18 +340,18 @@ func writeDoctor(w io.Writer, r *DoctorReport) {
 	}
 	if r.Host != nil {
 		h := r.Host
-		p("Host memory: %s available of %s", probes.FormatBytes(h.MemAvailableBytes), probes.FormatBytes(h.MemTotalBytes))
+		p("Host memory: %s available of %s", humanize.Bytes(h.MemAvailableBytes), humanize.Bytes(h.MemTotalBytes))
 		if cg := h.Cgroup; cg != nil {
 			limit := "no limit"
 			if cg.LimitBytes > 0 {
-				limit = "limit " + probes.FormatBytes(cg.LimitBytes)
+				limit = "limit " + humanize.Bytes(cg.LimitBytes)
 			}
 			kills := "not readable"
 			if cg.OOMKillsKnown {
 				kills = strconv.FormatUint(cg.OOMKills, 10)
 			}
 			p("  memory cgroup (v%d) %s: %s, %s in use (%s working set), OOM kills so far: %s", cg.Version, cg.Path, limit,
-				probes.FormatBytes(cg.UsageBytes), probes.FormatBytes(cg.WorkingSetBytes), kills)
+				humanize.Bytes(cg.UsageBytes), humanize.Bytes(cg.WorkingSetBytes), kills)
 		} else if h.CgroupErr != "" {
 			p("  memory cgroup: %s", h.CgroupErr)
 		}

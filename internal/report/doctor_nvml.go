@@ -6,8 +6,7 @@ import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 )
 
 // nvmlFacts asks the machine's NVML.
@@ -18,7 +17,7 @@ func nvmlFacts(env []string, _ string) GPUFacts { return collectNVML(nvml.New(),
 // learn which devices CUDA_VISIBLE_DEVICES of env selects, then lists each
 // GPU, its MIG devices and the processes NVML shows on it.
 func collectNVML(lib nvml.Interface, env []string) (facts GPUFacts) {
-	g, err := probes.NewGPUFromNVML(lib, env, nil)
+	g, err := gpu.FromNVML(lib, env, nil)
 	if err != nil {
 		return GPUFacts{Why: err.Error()}
 	}

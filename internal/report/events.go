@@ -12,7 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 )
 
 // Run is what a run directory records, as `gpuguard report --json` prints
@@ -50,11 +51,11 @@ type Attempt struct {
 	Signal     string            `json:"signal,omitempty"`
 	DurationS  *float64          `json:"duration_s,omitempty"`
 	LastStep   *int64            `json:"last_step,omitempty"`
-	Verdict    *probes.Verdict   `json:"verdict,omitempty"`
+	Verdict    *classify.Verdict `json:"verdict,omitempty"`
 	Phases     []PhaseMark       `json:"phases,omitempty"`
 	Failures   []Failure         `json:"failures,omitempty"`
 	Warnings   []Note            `json:"warnings,omitempty"`
-	Memory     *probes.Summary   `json:"memory,omitempty"`
+	Memory     *memory.Summary   `json:"memory,omitempty"`
 	MemoryFrom string            `json:"memory_from,omitempty"` // "events" or "timeline"
 	Decision   *Decision         `json:"decision,omitempty"`
 	Extra      map[string]string `json:"-"`
@@ -225,7 +226,7 @@ func applyEvent(run *Run, line []byte, attempt func(int) *Attempt) error {
 			a.LastStep = &s
 		}
 		if raw, ok := m["verdict"]; ok && string(raw) != "null" {
-			var v probes.Verdict
+			var v classify.Verdict
 			if err := json.Unmarshal(raw, &v); err == nil {
 				a.Verdict = &v
 			}
@@ -255,7 +256,7 @@ func applyEvent(run *Run, line []byte, attempt func(int) *Attempt) error {
 		}
 	case "memory":
 		if hasN {
-			var s probes.Summary
+			var s memory.Summary
 			if err := json.Unmarshal(m["summary"], &s); err != nil {
 				return fmt.Errorf("memory summary: %v", shorten(err.Error(), 80))
 			}

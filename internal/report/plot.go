@@ -8,12 +8,12 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/gpuguard/gpuguard/internal/probes"
 )
 
 // plotBuckets bounds the points per line: each bucket keeps its minimum and
@@ -104,7 +104,7 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 	defer f.Close()
 	lines := map[[2]string]*series{}
 	var order [][2]string
-	err = probes.ReadTimeline(f, func(r probes.TimelineRow) error {
+	err = memory.ReadTimeline(f, func(r memory.TimelineRow) error {
 		k := [2]string{r.Device, fmt.Sprint(r.Attempt)}
 		s := lines[k]
 		if s == nil {
@@ -294,7 +294,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		if !isHostDevice(d) {
 			what = "GPU capacity"
 		}
-		p.Legend.Add(fmt.Sprintf("%s %s", what, probes.FormatBytes(capBytes)), l)
+		p.Legend.Add(fmt.Sprintf("%s %s", what, humanize.Bytes(capBytes)), l)
 	}
 
 	// The devices' lines, one per attempt, one legend entry per device.

@@ -4,7 +4,7 @@
 //
 // report reads what the supervisor writes into a run directory:
 // events.jsonl (one JSON object per line; unknown types and fields are
-// ignored), timeline.csv (probes.TimelineHeader) and state.json (not needed
+// ignored), timeline.csv (memory.TimelineHeader) and state.json (not needed
 // for the report). See docs/memory.md.
 package report
 
@@ -18,7 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
@@ -107,9 +107,9 @@ func Command(o Options) int {
 	if o.Plot != "" {
 		if ti == nil || ti.rows == 0 {
 			return fail(exitNoInput, "cannot plot: %s has no memory timeline (%s); memory is sampled only by `gpuguard run`",
-				o.RunDir, probes.TimelineFile)
+				o.RunDir, memory.TimelineFile)
 		}
-		if err := plotRun(run, ti, filepath.Join(o.RunDir, probes.TimelineFile), o.Plot); err != nil {
+		if err := plotRun(run, ti, filepath.Join(o.RunDir, memory.TimelineFile), o.Plot); err != nil {
 			return fail(exitCantCreate, "plot %s: %v", o.Plot, err)
 		}
 		fmt.Fprintf(o.Stderr, "gpuguard report: memory plot written to %s\n", o.Plot)
@@ -121,11 +121,11 @@ func Command(o Options) int {
 // of attempts that have no memory event (the supervisor was killed before
 // writing it). Problems go to stderr; nil when there is no timeline.
 func loadTimeline(run *Run, stderr io.Writer) *timelineInfo {
-	path := filepath.Join(run.RunDir, probes.TimelineFile)
+	path := filepath.Join(run.RunDir, memory.TimelineFile)
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
-	run.Timeline = probes.TimelineFile
+	run.Timeline = memory.TimelineFile
 	ti, err := scanTimeline(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuguard report: %v (peaks use the lines before it)\n", err)

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 )
 
 const gib = uint64(1) << 30
@@ -74,10 +76,10 @@ func TestReportFixtureJSON(t *testing.T) {
 		t.Fatalf("run %+v", run)
 	}
 	a1, a3 := run.Attempts[0], run.Attempts[2]
-	if a1.Verdict == nil || a1.Verdict.Kind != probes.KindGPUOOM || a1.Verdict.Phase != probes.PhaseVal || a1.MemoryFrom != "events" {
+	if a1.Verdict == nil || a1.Verdict.Kind != classify.KindGPUOOM || a1.Verdict.Phase != classify.PhaseVal || a1.MemoryFrom != "events" {
 		t.Errorf("attempt 1: %+v", a1)
 	}
-	if got := a1.Memory.PeakFraction(probes.PhaseVal); got < 0.999 || got > 1 {
+	if got := a1.Memory.PeakFraction(classify.PhaseVal); got < 0.999 || got > 1 {
 		t.Errorf("attempt 1 val peak fraction %v", got)
 	}
 	if a1.Decision == nil || a1.Decision.Verb != "relaunch" || len(a1.Decision.Changes) != 1 || a1.Decision.Changes[0].Name != "val_crop_size" {
@@ -86,10 +88,10 @@ func TestReportFixtureJSON(t *testing.T) {
 	if a3.MemoryFrom != "timeline" || a3.Memory == nil {
 		t.Fatalf("attempt 3 memory: %+v", a3)
 	}
-	if got := a3.Memory.PeakFraction(probes.PhaseVal); got < 0.947 || got > 0.948 {
+	if got := a3.Memory.PeakFraction(classify.PhaseVal); got < 0.947 || got > 0.948 {
 		t.Errorf("attempt 3 val peak fraction from the timeline: %v, want 37.9/40", got)
 	}
-	val, _ := a3.Memory.Phase(probes.PhaseVal)
+	val, _ := a3.Memory.Phase(classify.PhaseVal)
 	if len(val.GPU) != 2 || val.GPU[0].ID != "gpu0" || val.CgroupLimitBytes != 64*gib || val.HostLimitBytes != 64*gib {
 		t.Errorf("attempt 3 val summary %+v", val)
 	}
@@ -215,18 +217,18 @@ func TestReportSkipsBadLines(t *testing.T) {
 type fakeGPU struct{ used []uint64 }
 
 func (f *fakeGPU) Available() (bool, string) { return true, "" }
-func (f *fakeGPU) Devices() []probes.GPUDevice {
-	var ds []probes.GPUDevice
+func (f *fakeGPU) Devices() []gpu.Device {
+	var ds []gpu.Device
 	for i := range f.used {
-		ds = append(ds, probes.GPUDevice{ID: "gpu" + string(rune('0'+i)), Index: i, UUID: "GPU-fake-" + string(rune('0'+i)), TotalBytes: 24 * gib})
+		ds = append(ds, gpu.Device{ID: "gpu" + string(rune('0'+i)), Index: i, UUID: "GPU-fake-" + string(rune('0'+i)), TotalBytes: 24 * gib})
 	}
 	return ds
 }
 func (f *fakeGPU) Close() error { return nil }
-func (f *fakeGPU) Sample(_ context.Context, _ []int) ([]probes.GPUSample, error) {
-	var out []probes.GPUSample
+func (f *fakeGPU) Sample(_ context.Context, _ []int) ([]gpu.Sample, error) {
+	var out []gpu.Sample
 	for i, d := range f.Devices() {
-		out = append(out, probes.GPUSample{ID: d.ID, UUID: d.UUID, UsedBytes: f.used[i], TotalBytes: d.TotalBytes})
+		out = append(out, gpu.Sample{ID: d.ID, UUID: d.UUID, UsedBytes: f.used[i], TotalBytes: d.TotalBytes})
 	}
 	return out, nil
 }
@@ -253,25 +255,25 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 		events.Write(append(b, '\n'))
 	}
 	event("run_start", map[string]any{"argv": []string{"python", "train.py"}, "run_dir": dir})
-	tl, err := probes.OpenTimeline(filepath.Join(dir, probes.TimelineFile))
+	tl, err := memory.OpenTimeline(filepath.Join(dir, memory.TimelineFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	gpu := &fakeGPU{used: []uint64{8 * gib, 8 * gib}}
-	var summaries []probes.Summary
+	var summaries []memory.Summary
 	for attempt := 1; attempt <= 2; attempt++ {
 		event("attempt_start", map[string]any{"attempt": attempt, "knobs": map[string]any{"batch_size": 64 / attempt}})
-		s := probes.NewSampler(probes.SamplerConfig{GPU: gpu, Timeline: tl, Attempt: attempt, Now: clock, Origin: t0})
+		s := memory.NewSampler(memory.SamplerConfig{GPU: gpu, Timeline: tl, Attempt: attempt, Now: clock, Origin: t0})
 		// The test drives samples itself through Run's public face: a Run
 		// that is cancelled after the samples would need real time; instead
 		// each phase gets samples from a short Run with a fast rate.
 		for _, ph := range []struct {
-			phase probes.Phase
+			phase classify.Phase
 			used  uint64
 			n     int
-		}{{probes.PhaseTrain, 12, 5}, {probes.PhaseVal, 20 + uint64(attempt), 5}, {probes.PhaseTrain, 12, 3}} {
+		}{{classify.PhaseTrain, 12, 5}, {classify.PhaseVal, 20 + uint64(attempt), 5}, {classify.PhaseTrain, 12, 3}} {
 			s.SetPhase(ph.phase, -1)
-			if ph.phase == probes.PhaseVal {
+			if ph.phase == classify.PhaseVal {
 				event("phase", map[string]any{"attempt": attempt, "phase": "val"})
 			}
 			gpu.used[0], gpu.used[1] = ph.used*gib, (ph.used-2)*gib
@@ -302,19 +304,19 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 		t.Fatalf("attempts %+v", run.Attempts)
 	}
 	for i, a := range run.Attempts {
-		want := summaries[i].PeakFraction(probes.PhaseVal)
-		if got := a.Memory.PeakFraction(probes.PhaseVal); got != want || want != float64(21+i)/24 {
+		want := summaries[i].PeakFraction(classify.PhaseVal)
+		if got := a.Memory.PeakFraction(classify.PhaseVal); got != want || want != float64(21+i)/24 {
 			t.Errorf("attempt %d: val peak fraction %v, sampler said %v", i+1, got, want)
 		}
 	}
 	// The timeline alone gives the same peaks (what the report uses when the
 	// memory event is missing).
-	ti, err := scanTimeline(filepath.Join(dir, probes.TimelineFile))
+	ti, err := scanTimeline(filepath.Join(dir, memory.TimelineFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range summaries {
-		if got, want := ti.attempts[i+1].PeakFraction(probes.PhaseVal), summaries[i].PeakFraction(probes.PhaseVal); got != want {
+		if got, want := ti.attempts[i+1].PeakFraction(classify.PhaseVal), summaries[i].PeakFraction(classify.PhaseVal); got != want {
 			t.Errorf("attempt %d from the timeline: %v, want %v", i+1, got, want)
 		}
 	}
@@ -328,7 +330,7 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 
 // runSamples lets Run take n samples at a fast rate, advancing the injected
 // clock between them, and stops it.
-func runSamples(t *testing.T, s *probes.Sampler, pid, n int, advance func()) {
+func runSamples(t *testing.T, s *memory.Sampler, pid, n int, advance func()) {
 	t.Helper()
 	before := s.Summary().Samples
 	ctx, cancel := context.WithCancel(context.Background())

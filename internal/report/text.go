@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 )
 
 // writeText prints the report for people.
@@ -116,7 +118,7 @@ func writeAttempt(w io.Writer, a *Attempt) {
 	}
 }
 
-func writeMemory(w io.Writer, s *probes.Summary, from string) {
+func writeMemory(w io.Writer, s *memory.Summary, from string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	src := ""
 	if from == "timeline" {
@@ -132,25 +134,25 @@ func writeMemory(w io.Writer, s *probes.Summary, from string) {
 			name = "(none)"
 		}
 		for _, g := range ps.GPU {
-			line := fmt.Sprintf("    %-7s %-10s %s of %s  %5.1f%%", name, g.ID, probes.FormatBytes(g.PeakBytes),
-				probes.FormatBytes(g.CapacityBytes), pct(g.PeakBytes, g.CapacityBytes))
-			line += "  headroom " + probes.FormatBytes(g.HeadroomBytes)
+			line := fmt.Sprintf("    %-7s %-10s %s of %s  %5.1f%%", name, g.ID, humanize.Bytes(g.PeakBytes),
+				humanize.Bytes(g.CapacityBytes), pct(g.PeakBytes, g.CapacityBytes))
+			line += "  headroom " + humanize.Bytes(g.HeadroomBytes)
 			if g.PeakJobBytes > 0 {
-				line += "  (job's processes " + probes.FormatBytes(g.PeakJobBytes) + ")"
+				line += "  (job's processes " + humanize.Bytes(g.PeakJobBytes) + ")"
 			}
 			p("%s", line)
 		}
 		if ps.HostPeakBytes > 0 {
-			line := fmt.Sprintf("    %-7s %-10s %s of %s  %5.1f%%", name, "host", probes.FormatBytes(ps.HostPeakBytes),
-				probes.FormatBytes(ps.HostLimitBytes), pct(ps.HostPeakBytes, ps.HostLimitBytes))
+			line := fmt.Sprintf("    %-7s %-10s %s of %s  %5.1f%%", name, "host", humanize.Bytes(ps.HostPeakBytes),
+				humanize.Bytes(ps.HostLimitBytes), pct(ps.HostPeakBytes, ps.HostLimitBytes))
 			if ps.MaxWorkers > 0 {
 				line += fmt.Sprintf("  (%d DataLoader-like workers)", ps.MaxWorkers)
 			}
 			p("%s", line)
 		}
 		if ps.CgroupLimitBytes > 0 {
-			p("    %-7s %-10s %s of %s  %5.1f%%", name, "cgroup", probes.FormatBytes(ps.CgroupPeakBytes),
-				probes.FormatBytes(ps.CgroupLimitBytes), pct(ps.CgroupPeakBytes, ps.CgroupLimitBytes))
+			p("    %-7s %-10s %s of %s  %5.1f%%", name, "cgroup", humanize.Bytes(ps.CgroupPeakBytes),
+				humanize.Bytes(ps.CgroupLimitBytes), pct(ps.CgroupPeakBytes, ps.CgroupLimitBytes))
 		}
 	}
 }
@@ -162,8 +164,8 @@ func pct(a, b uint64) float64 {
 	return 100 * float64(a) / float64(b)
 }
 
-func verdictText(v *probes.Verdict) string {
-	if v.Kind == probes.KindNone || v.Kind == "" {
+func verdictText(v *classify.Verdict) string {
+	if v.Kind == classify.KindNone || v.Kind == "" {
 		return "no failure"
 	}
 	s := string(v.Kind)
@@ -180,9 +182,9 @@ func verdictText(v *probes.Verdict) string {
 		s += fmt.Sprintf(" at line %d", v.Line)
 	}
 	if v.OOM != nil && v.OOM.RequestedBytes != nil {
-		s += ", tried to allocate " + probes.FormatBytes(uint64(max(*v.OOM.RequestedBytes, 0)))
+		s += ", tried to allocate " + humanize.Bytes(uint64(max(*v.OOM.RequestedBytes, 0)))
 		if v.OOM.FreeBytes != nil {
-			s += " with " + probes.FormatBytes(uint64(max(*v.OOM.FreeBytes, 0))) + " free"
+			s += " with " + humanize.Bytes(uint64(max(*v.OOM.FreeBytes, 0))) + " free"
 		}
 	}
 	if v.Fragmentation {

@@ -6,7 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
 )
 
 // timelineInfo is what one pass over timeline.csv learns: per-attempt
@@ -18,7 +19,7 @@ type timelineInfo struct {
 	maxMs      int64
 	devices    []string // in first-seen order
 	capacity   map[string]uint64
-	attempts   map[int]*probes.Summary
+	attempts   map[int]*memory.Summary
 	valSpans   []span // validation, by attempt, in time order
 	attemptsAt []span // first and last sample of each attempt
 }
@@ -35,13 +36,13 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		return nil, err
 	}
 	defer f.Close()
-	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*probes.Summary{}}
-	acc := map[int]map[probes.Phase]*probes.PhaseSummary{}
+	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*memory.Summary{}}
+	acc := map[int]map[classify.Phase]*memory.PhaseSummary{}
 	seenDev := map[string]bool{}
 	lastMs := map[int]int64{}
 	var cur *span // open validation span
 	var curAttempt *span
-	err = probes.ReadTimeline(f, func(r probes.TimelineRow) error {
+	err = memory.ReadTimeline(f, func(r memory.TimelineRow) error {
 		if ti.rows == 0 || r.ElapsedMs < ti.minMs {
 			ti.minMs = r.ElapsedMs
 		}
@@ -63,7 +64,7 @@ func scanTimeline(path string) (*timelineInfo, error) {
 			cur = nil
 		}
 		curAttempt.end = r.ElapsedMs
-		if r.Phase == probes.PhaseVal {
+		if r.Phase == classify.PhaseVal {
 			if cur == nil {
 				ti.valSpans = append(ti.valSpans, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
 				cur = &ti.valSpans[len(ti.valSpans)-1]
@@ -75,9 +76,9 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		// Peaks per attempt and phase.
 		sum := ti.attempts[r.Attempt]
 		if sum == nil {
-			sum = &probes.Summary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
+			sum = &memory.Summary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
 			ti.attempts[r.Attempt] = sum
-			acc[r.Attempt] = map[probes.Phase]*probes.PhaseSummary{}
+			acc[r.Attempt] = map[classify.Phase]*memory.PhaseSummary{}
 		}
 		newSample := false
 		if lm, ok := lastMs[r.Attempt]; !ok || lm != r.ElapsedMs {
@@ -88,7 +89,7 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		sum.LastMs = r.ElapsedMs
 		ps := acc[r.Attempt][r.Phase]
 		if ps == nil {
-			ps = &probes.PhaseSummary{Phase: r.Phase}
+			ps = &memory.PhaseSummary{Phase: r.Phase}
 			acc[r.Attempt][r.Phase] = ps
 		}
 		if newSample {
@@ -107,14 +108,14 @@ func scanTimeline(path string) (*timelineInfo, error) {
 			ps.RAMPeakBytes = max(ps.RAMPeakBytes, r.UsedBytes)
 			ps.RAMTotalBytes = r.LimitBytes
 		default:
-			var dp *probes.DevicePeak
+			var dp *memory.DevicePeak
 			for i := range ps.GPU {
 				if ps.GPU[i].ID == r.Device {
 					dp = &ps.GPU[i]
 				}
 			}
 			if dp == nil {
-				ps.GPU = append(ps.GPU, probes.DevicePeak{ID: r.Device})
+				ps.GPU = append(ps.GPU, memory.DevicePeak{ID: r.Device})
 				dp = &ps.GPU[len(ps.GPU)-1]
 			}
 			if r.UsedBytes > dp.PeakBytes {
@@ -154,13 +155,13 @@ func scanTimeline(path string) (*timelineInfo, error) {
 }
 
 // phaseKey orders phases as the sampler does: train, val, others, none.
-func phaseKey(p probes.Phase) string {
+func phaseKey(p classify.Phase) string {
 	switch p {
-	case probes.PhaseTrain:
+	case classify.PhaseTrain:
 		return "0"
-	case probes.PhaseVal:
+	case classify.PhaseVal:
 		return "1"
-	case probes.PhaseNone:
+	case classify.PhaseNone:
 		return "3"
 	}
 	return "2" + strings.ToLower(string(p))

@@ -19,10 +19,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/presets"
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
@@ -60,10 +65,10 @@ type runState struct {
 type attemptState struct {
 	Attempt  int            `json:"attempt"`
 	ExitCode int            `json:"exit_code"`
-	Kind     probes.Kind    `json:"kind"`
-	Phase    probes.Phase   `json:"phase,omitempty"`
+	Kind     classify.Kind  `json:"kind"`
+	Phase    classify.Phase `json:"phase,omitempty"`
 	LastStep *int64         `json:"last_step,omitempty"`
-	Memory   probes.Summary `json:"memory"`
+	Memory   memory.Summary `json:"memory"`
 }
 
 // maxHistory bounds state.json on runs with many relaunches.
@@ -88,8 +93,8 @@ type loop struct {
 
 	job    *Job
 	log    *zap.Logger
-	gpu    probes.GPU
-	ckpts  *probes.CheckpointWatcher
+	gpu    gpu.Probe
+	ckpts  *checkpoint.Watcher
 	spec   policy.CheckpointSpec
 	origin time.Time
 
@@ -101,14 +106,14 @@ type loop struct {
 	ignoredOld bool
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
-	releaseBaseline []probes.GPUSample
+	releaseBaseline []gpu.Sample
 }
 
 // attemptRow is one line of the summary table printed at the end.
 type attemptRow struct {
 	n        int
 	code     int
-	verdict  probes.Verdict
+	verdict  classify.Verdict
 	duration time.Duration
 	ckpt     string
 	decision string
@@ -116,8 +121,8 @@ type attemptRow struct {
 	peakTrain, peakVal float64
 }
 
-func (r attemptRow) peaks() map[probes.Phase]float64 {
-	return map[probes.Phase]float64{probes.PhaseTrain: r.peakTrain, probes.PhaseVal: r.peakVal}
+func (r attemptRow) peaks() map[classify.Phase]float64 {
+	return map[classify.Phase]float64{classify.PhaseTrain: r.peakTrain, classify.PhaseVal: r.peakVal}
 }
 
 // runLoop is Run with the attempt loop.
@@ -157,7 +162,7 @@ func runLoop(cfg Config) int {
 	l.slurm = l.startSlurm() // Slurm hook (supervisor/slurm.go)
 	defer l.slurm.close()
 
-	l.gpu = probes.OpenGPU(job.Env, l.log)
+	l.gpu = gpu.Open(job.Env, l.log)
 	defer l.gpu.Close()
 	if ok, why := l.gpu.Available(); !ok {
 		l.log.Info("GPU memory not sampled", zap.String("why", why))
@@ -321,13 +326,13 @@ func (l *loop) attempts() int {
 
 		var startStep *int64
 		if ckpt != "" {
-			if s, ok := probes.CheckpointStep(filepath.Base(ckpt)); ok {
+			if s, ok := checkpoint.StepOf(filepath.Base(ckpt)); ok {
 				startStep = &s
 			}
 		}
 		out := policy.Outcome{
 			Verdict:    v,
-			Exit:       probes.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
+			Exit:       classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
 			Attempt:    n,
 			StartStep:  startStep,
 			LastStep:   v.Step,
@@ -374,27 +379,27 @@ func (l *loop) attempts() int {
 // runOne runs attempt n and returns its summary row, the classifier's
 // verdict and how the process ended. A non-nil error means the command could
 // not be started (or gpuguard was told to stop before it started).
-func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probes.Verdict, AttemptResult, error) {
+func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, classify.Verdict, AttemptResult, error) {
 	rd, status := l.job.RunDir, l.job.Status
 	row := attemptRow{n: n, ckpt: ckpt}
 
 	sampling := policy.Sampling{BaseHz: 1, ValHz: 20, FastWindow: 5 * time.Second}
-	var patterns []probes.PhasePattern
+	var patterns []classify.PhasePattern
 	grace := 30 * time.Second
 	if l.pol != nil {
 		sampling, patterns, grace = l.pol.Sampling(), l.pol.PhasePatterns(), l.pol.OOMGrace()
 	}
 	var tl io.Writer // stays a nil interface when the file cannot be opened
-	timeline, err := probes.OpenTimeline(filepath.Join(rd.Path(), TimelineFile))
+	timeline, err := memory.OpenTimeline(filepath.Join(rd.Path(), TimelineFile))
 	if err != nil {
 		status.Printf("warning: no memory timeline: %v", err)
 	} else {
 		tl = timeline
 	}
-	sampler := probes.NewSampler(probes.SamplerConfig{
+	sampler := memory.NewSampler(memory.SamplerConfig{
 		GPU: l.gpu, BaseHz: sampling.BaseHz, FastHz: sampling.ValHz, FastFor: sampling.FastWindow,
 		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
-		OnWarning: func(w probes.Warning) {
+		OnWarning: func(w memory.Warning) {
 			status.Printf("warning: %s", w.Message)
 			rd.Event("warning", map[string]any{"attempt": n, "kind": w.Kind, "message": w.Message, "warning": w})
 		},
@@ -416,22 +421,22 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	// The stream of the line being scanned, journalled with each phase and
 	// failure. Set and read on the scanner goroutine only.
 	stream := "stdout"
-	cls, err := probes.NewClassifier(probes.ClassifierOptions{
+	cls, err := classify.NewClassifier(classify.ClassifierOptions{
 		PhasePatterns: patterns,
 		AllocConf:     allocConf(env),
-		OnEvent: func(ev probes.Event) {
+		OnEvent: func(ev classify.Event) {
 			switch ev.Type {
-			case probes.EventStep:
+			case classify.EventStep:
 				if ev.Epoch >= 0 {
 					epoch = ev.Epoch
 				}
 				if fr := failRank.Load(); fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr {
 					stepsSince.Add(1)
 				}
-			case probes.EventPhase:
+			case classify.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
 				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
-			case probes.EventFailure:
+			case classify.EventFailure:
 				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
 				if isMemory(ev.Kind) {
 					failRank.Store(int64(ev.Rank))
@@ -446,13 +451,13 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 	})
 	if err != nil {
 		status.Printf("policy phase patterns: %v", err)
-		return row, probes.Verdict{}, AttemptResult{}, &Error{Code: ExitConfig, Msg: err.Error()}
+		return row, classify.Verdict{}, AttemptResult{}, &Error{Code: ExitConfig, Msg: err.Error()}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	baseline, _ := l.gpu.Sample(ctx, nil)
-	kills0, killsOK := probes.CgroupOOMKills("/proc", os.Getpid())
+	kills0, killsOK := procfs.CgroupOOMKills("/proc", os.Getpid())
 
 	spec := l.job.Spec(argv, env)
 	spec.Scan = func(s int, ln lines.Line) {
@@ -467,7 +472,7 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 		cls.Line(ln)
 	}
 	var sampled sync.WaitGroup
-	var verdict probes.Verdict
+	var verdict classify.Verdict
 	l.slurm.launch(true) // Slurm hook (supervisor/slurm.go)
 	res, err := l.job.RunAttempt(n, spec, AttemptHooks{
 		Started: func(a *Attempt) {
@@ -506,15 +511,15 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, probe
 		Ended: func(r AttemptResult) map[string]any {
 			cancel()
 			sampled.Wait()
-			exit := probes.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
-			if kills1, ok := probes.CgroupOOMKills("/proc", os.Getpid()); ok && killsOK && kills1 > kills0 {
+			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
+			if kills1, ok := procfs.CgroupOOMKills("/proc", os.Getpid()); ok && killsOK && kills1 > kills0 {
 				exit.CgroupOOMKills = int(kills1 - kills0)
 			}
 			cls.Exit(exit)
 			verdict = cls.Verdict()
 			summary := sampler.Summary()
 			rd.Event("memory", map[string]any{"attempt": n, "summary": summary})
-			row.peakTrain, row.peakVal = summary.PeakFraction(probes.PhaseTrain), summary.PeakFraction(probes.PhaseVal)
+			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)
 			l.state.History = append(l.state.History, attemptState{
 				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
 			})
@@ -602,7 +607,7 @@ func (l *loop) startWatcher() {
 	if len(spec.Globs) == 0 {
 		return
 	}
-	w, err := probes.WatchCheckpoints(l.wd, spec.CheckpointSpec, l.log)
+	w, err := checkpoint.Watch(l.wd, checkpoint.Spec(spec.CheckpointFiles), l.log)
 	if err != nil {
 		l.job.Status.Printf("warning: cannot watch checkpoints: %v; relaunches start from scratch", err)
 		return
@@ -621,7 +626,7 @@ func (l *loop) latestCheckpoint() string {
 		return ""
 	}
 	deadline := time.Now().Add(l.spec.Quiet + l.spec.Poll)
-	var old *probes.Checkpoint
+	var old *checkpoint.Checkpoint
 	for {
 		best, ok := l.ckpts.Latest()
 		if ok {
@@ -631,7 +636,7 @@ func (l *loop) latestCheckpoint() string {
 				old, ok = &best, false
 			}
 		}
-		all, err := probes.ScanCheckpoints(l.wd, l.spec.CheckpointSpec, time.Now())
+		all, err := checkpoint.Scan(l.wd, checkpoint.Spec(l.spec.CheckpointFiles), time.Now())
 		if err != nil {
 			l.log.Warn("checkpoint scan failed", zap.Error(err))
 		}
@@ -679,13 +684,13 @@ const checkpointClockSlack = 2 * time.Second
 // started, unless the policy allows earlier runs' checkpoints. A job whose
 // output directory still holds a finished run's checkpoints must not be
 // relaunched from them: they may come from other settings, or another job.
-func (l *loop) ofThisRun(c probes.Checkpoint) bool {
+func (l *loop) ofThisRun(c checkpoint.Checkpoint) bool {
 	return l.spec.EarlierRuns || l.state.Started.IsZero() || !c.ModTime.Before(l.state.Started.Add(-checkpointClockSlack))
 }
 
 // newer orders checkpoints the way the policy chooses them: by the step in
 // the name (highest_step), else by modification time.
-func (l *loop) newer(a, b probes.Checkpoint) bool {
+func (l *loop) newer(a, b checkpoint.Checkpoint) bool {
 	if l.spec.Choose == "highest_step" && a.Step != nil && b.Step != nil {
 		return *a.Step > *b.Step
 	}
@@ -711,7 +716,7 @@ func (l *loop) pause(backoff time.Duration) bool {
 	}()
 	if l.releaseBaseline != nil {
 		start := time.Now()
-		if err := probes.WaitGPURelease(ctx, l.gpu, nil, l.releaseBaseline, 0, 0); err != nil && ctx.Err() == nil {
+		if err := gpu.WaitRelease(ctx, l.gpu, nil, l.releaseBaseline, 0, 0); err != nil && ctx.Err() == nil {
 			l.job.Status.Printf("warning: %v", err)
 		} else if waited := time.Since(start); waited > time.Second {
 			l.job.Status.Printf("waited %s for the GPU memory of the last attempt to be released", waited.Round(100*time.Millisecond))
@@ -868,16 +873,16 @@ func (l *loop) dryRun(status *Status) int {
 
 // describeFailure says how attempt n ended, e.g. "attempt 2 died of GPU OOM
 // in validation (asked 15.82 GiB, 6.17 free of 47.40)".
-func describeFailure(n int, v probes.Verdict) string {
+func describeFailure(n int, v classify.Verdict) string {
 	var what string
 	switch v.Kind {
-	case probes.KindGPUOOM:
+	case classify.KindGPUOOM:
 		what = "GPU OOM"
-	case probes.KindCPUAllocOOM:
+	case classify.KindCPUAllocOOM:
 		what = "CPU allocator OOM"
-	case probes.KindHostOOM:
+	case classify.KindHostOOM:
 		what = "host OOM"
-	case probes.KindCrash:
+	case classify.KindCrash:
 		what = "a crash that is not memory"
 		if v.Reason != "" {
 			what += " (" + v.Reason + ")"
@@ -887,31 +892,29 @@ func describeFailure(n int, v probes.Verdict) string {
 	}
 	s := fmt.Sprintf("attempt %d died of %s", n, what)
 	switch v.Phase {
-	case probes.PhaseVal:
+	case classify.PhaseVal:
 		s += " in validation"
-	case probes.PhaseTrain:
+	case classify.PhaseTrain:
 		s += " in training"
 	}
 	if v.Rank != nil {
 		s += fmt.Sprintf(" on rank %d", *v.Rank)
 	}
 	if o := v.OOM; o != nil && o.RequestedBytes != nil {
-		s += " (asked " + gib(*o.RequestedBytes) + " GiB"
+		s += " (asked " + humanize.GiBFigure(*o.RequestedBytes) + " GiB"
 		if o.FreeBytes != nil && o.TotalBytes != nil {
-			s += ", " + gib(*o.FreeBytes) + " free of " + gib(*o.TotalBytes)
+			s += ", " + humanize.GiBFigure(*o.FreeBytes) + " free of " + humanize.GiBFigure(*o.TotalBytes)
 		}
 		if v.Fragmentation && o.ReservedUnallocatedBytes != nil {
-			s += ", " + gib(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
+			s += ", " + humanize.GiBFigure(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
 		}
 		s += ")"
 	}
 	return s
 }
 
-func gib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 2, 64) }
-
-func isMemory(k probes.Kind) bool {
-	return k == probes.KindGPUOOM || k == probes.KindCPUAllocOOM || k == probes.KindHostOOM
+func isMemory(k classify.Kind) bool {
+	return k == classify.KindGPUOOM || k == classify.KindCPUAllocOOM || k == classify.KindHostOOM
 }
 
 func decisionLabel(d policy.Decision) string {
@@ -937,14 +940,14 @@ func endedLabel(r attemptRow) string {
 		return "ok"
 	}
 	kind := string(r.verdict.Kind)
-	if r.verdict.Kind == probes.KindNone || kind == "" {
+	if r.verdict.Kind == classify.KindNone || kind == "" {
 		kind = "failed"
 	}
 	return fmt.Sprintf("%s (exit %d)", kind, r.code)
 }
 
-func phaseLabel(p probes.Phase) string {
-	if p == probes.PhaseNone {
+func phaseLabel(p classify.Phase) string {
+	if p == classify.PhaseNone {
 		return "-"
 	}
 	return string(p)

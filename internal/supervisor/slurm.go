@@ -43,7 +43,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
-	"github.com/gpuguard/gpuguard/internal/probes"
+	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 )
 
 // scontrolTimeout bounds `scontrol requeue`: slurmctld answers in well under
@@ -54,7 +54,7 @@ const scontrolTimeout = 20 * time.Second
 // slurmRun is gpuguard's part in a Slurm job: the job's context, the
 // policy's slurm: section, and the first requeue signal received.
 type slurmRun struct {
-	ctx    probes.SlurmContext
+	ctx    slurmenv.Context
 	spec   policy.Slurm
 	env    []string // gpuguard's environment, for scontrol (SLURM_CONF, PATH)
 	status *Status
@@ -89,7 +89,7 @@ type slurmRun struct {
 // be requeued; the result's methods all accept a nil receiver.
 func (l *loop) startSlurm() *slurmRun {
 	env := l.pjob.Env
-	sc := probes.SlurmFromEnv(env)
+	sc := slurmenv.FromEnv(env)
 	if !sc.InSlurm() {
 		return nil
 	}

@@ -1,0 +1,769 @@
+package classify
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/gpuguard/gpuguard/internal/lines"
+)
+
+// ClassifierOptions configure a Classifier.
+type ClassifierOptions struct {
+	// PhasePatterns are extra phase markers from the policy: a line matching
+	// one starts its phase. They are tried before the built-in markers.
+	PhasePatterns []PhasePattern
+	// OnEvent, when set, receives live events (a phase start, a step, a
+	// failure line). It is called synchronously from Line and must not call
+	// back into the Classifier.
+	OnEvent func(Event)
+	// AllocConf is the PyTorch allocator configuration the job ran with (the
+	// value of PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF), when the caller
+	// knows it. The fragmentation advice says whether expandable_segments was
+	// already on. Empty means unknown: the log itself is searched for it.
+	AllocConf string
+}
+
+// Classifier reads a job's output line by line and concludes what the job
+// died of (see Kind), in which phase, on which rank, with the figures the
+// out-of-memory message printed, and what to change.
+//
+// It is pure: it starts no process and reads no file. It keeps a bounded
+// amount of state whatever the length of the stream (the current failure, a
+// few lines of a multi-line message, at most maxPhaseMarks phase marks).
+// It is not safe for concurrent use.
+//
+// How it decides:
+//
+//   - Each line's prefixes (rank tags, pastes' quotes, CI timestamps) are
+//     removed and the rank kept; literal "#015" and "#033" (a carriage return
+//     and an escape, as some log collectors write them) are honoured.
+//   - A literal prefilter (classify_scan.go) picks the detectors that may
+//     match; detectors are plain byte comparisons, most specific first.
+//   - The first failure wins, except that a failure of a stronger class
+//     replaces a weaker one: a memory failure (gpu_oom, cpu_alloc_oom,
+//     host_oom) beats a specific crash (illegal memory access, NCCL timeout,
+//     NaN loss, ImportError, ...), which beats a generic one (any other Python
+//     exception, a non-zero exit). Later lines of the same report (the rest of
+//     a hard-wrapped message, torchrun's root-cause block, Slurm's and the
+//     kernel's follow-up lines) refine the first one.
+//   - A failure that training survived is dropped: when progress lines show
+//     the step (or epoch) advancing twice after the failure line, the error
+//     was caught and handled (an OOM retried by the framework, an exception
+//     logged by a callback). The diagnosis still mentions it.
+//   - The phase at a failure is the phase in effect at its line; when none
+//     was seen yet, a progress bar redrawn within the next 5 lines supplies it
+//     (tqdm redraws the bar of the phase that was running when a traceback
+//     interrupted it).
+type Classifier struct {
+	opts ClassifierOptions
+	m    *kwMatcher
+	user []userPattern
+	hits hitSet
+	ph   phaseHit // the current line's phase hit
+	buf  []byte   // frames of a line with literal "#015"
+	num  int      // number of the line being read
+	rank int      // rank prefix of the line being read, -1 when none
+
+	// phases
+	phase        Phase
+	explicit     bool
+	valDone      bool
+	valEpoch     int64
+	epoch, step  int64
+	marks        []PhaseMark
+	marksDropped int
+	pos          progress
+	havePos      bool
+	evStep       int64
+	evEpoch      int64
+
+	// failures
+	cur     *failure
+	handled []handledFailure
+	pend    pendingMsg
+	block   rootCauseBlock
+	abUntil int // AutoBatch probing: OOM text until this line is the probe's
+	exp     expandableState
+	exit    *Exit
+
+	// trace, when set (tests), is called for every line recognised as a
+	// phase line, with the phase the line shows.
+	trace func(num int, p Phase)
+}
+
+// maxPhaseMarks bounds Verdict.Phases: the first half of the marks and the
+// most recent ones are kept.
+const maxPhaseMarks = 512
+
+// maxText bounds Verdict.Text.
+const maxText = 1000
+
+// progress is a position in training: (epoch, step), -1 where not printed.
+type progress struct{ epoch, step int64 }
+
+func (p progress) after(q progress) bool {
+	if p.epoch >= 0 && q.epoch >= 0 && p.epoch != q.epoch {
+		return p.epoch > q.epoch
+	}
+	return p.step > q.step
+}
+
+// failure is the classifier's current conclusion.
+type failure struct {
+	kind     Kind
+	class    int // 3 memory, 2 specific crash, 1 generic crash
+	reason   string
+	family   string // message family: lines of one report share it
+	line     int
+	lastLine int // last line that refined it
+	text     string
+	rank     int
+	host     string
+	oom      *OOM
+	extra    oomExtra
+	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
+	lowConf  bool   // the evidence does not prove the cause
+	phase    Phase
+	step     int64
+	epoch    int64
+
+	base    progress // training position when the failure was seen
+	hasBase bool
+	ticks   int // times the position advanced after the failure
+	adopt   int // a phase line up to this line number may supply the phase
+
+	allowTable int // "would exceed allowed memory": figures follow until this line
+
+	wrapped string // an incomplete PyTorch OOM message, to be continued
+	exc     string // for a Python exception line: the exception's type
+}
+
+// handledFailure is a failure that training survived.
+type handledFailure struct {
+	kind   Kind
+	reason string
+	line   int
+}
+
+// pendingMsg is a PyTorch OOM message that may continue on the next lines
+// (a hard-wrapped paste or terminal).
+type pendingMsg struct {
+	active bool
+	rank   int
+	lines  int
+	buf    []byte
+	f      *failure
+}
+
+const (
+	maxPendingLines = 6
+	maxPendingBytes = 4 << 10
+)
+
+// rootCauseBlock is torchrun's "Root Cause (first observed failure):" block.
+type rootCauseBlock struct {
+	active bool
+	line   int
+	rank   int
+	host   string
+}
+
+// expandableState is what the log says about expandable_segments.
+type expandableState struct {
+	on, off, unsupported bool
+}
+
+// NewClassifier returns a Classifier. It fails when a phase pattern is not a
+// valid regular expression or names a phase other than train or val; the
+// error names the pattern.
+func NewClassifier(o ClassifierOptions) (*Classifier, error) {
+	user, err := compilePhasePatterns(o.PhasePatterns)
+	if err != nil {
+		return nil, err
+	}
+	c := &Classifier{
+		opts: o, m: getKWMatcher(), user: user,
+		valEpoch: -1, epoch: -1, step: -1, evStep: -1, evEpoch: -1,
+		pos: progress{-1, -1},
+	}
+	if bHas([]byte(o.AllocConf), "expandable_segments:True") || bHas([]byte(o.AllocConf), "expandable_segments:true") {
+		c.exp.on = true
+	}
+	return c, nil
+}
+
+// ClassifyReader classifies a whole log: it splits r into lines the way the
+// supervisor does (lines.Splitter) and returns the final Verdict. A read error
+// is returned with the verdict on what was read before it.
+func ClassifyReader(r io.Reader, o ClassifierOptions) (Verdict, error) {
+	c, err := NewClassifier(o)
+	if err != nil {
+		return Verdict{}, err
+	}
+	s := lines.New(lines.DefaultMax, c.Line)
+	_, err = io.Copy(s, r)
+	s.Flush()
+	if err != nil {
+		return c.Verdict(), fmt.Errorf("reading the log: %w", err)
+	}
+	return c.Verdict(), nil
+}
+
+// Line reads one logical line (lines.Splitter's output). l.Text is only read
+// during the call.
+func (c *Classifier) Line(l lines.Line) {
+	c.num = l.Num
+	if l.CR && c.pend.active {
+		c.pend = pendingMsg{} // a progress frame does not continue a message
+	}
+	rank, rest := splitPrefixes(l.Text)
+	c.rank = rank
+	c.m.scan(rest, &c.hits)
+	if c.hits.has(kwOctalCR) || c.hits.has(kwOctalEsc) {
+		c.octalFrames(rest, rank, l.Text)
+		return
+	}
+	c.frame(rest, rank, l.Text, true)
+}
+
+// octalFrames handles a line on which carriage returns and escapes were
+// written as the literal text "#015" and "#033": it removes escape sequences
+// and treats each carriage-return-separated frame as a line of its own.
+func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
+	c.buf = c.buf[:0]
+	for i := 0; i < len(t); {
+		if t[i] == '#' && i+3 < len(t) && t[i+1] == '0' {
+			switch string(t[i+1 : i+4]) {
+			case "015":
+				c.buf = append(c.buf, '\r')
+				i += 4
+				continue
+			case "033":
+				i += 4
+				if i < len(t) && t[i] == '[' {
+					i++
+					for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
+						i++
+					}
+					if i < len(t) {
+						i++
+					}
+				} else if i < len(t) {
+					i++
+				}
+				continue
+			}
+		}
+		c.buf = append(c.buf, t[i])
+		i++
+	}
+	buf := c.buf
+	for len(buf) > 0 {
+		j := bytes.IndexByte(buf, '\r')
+		var fr []byte
+		if j < 0 {
+			fr, buf = buf, nil
+		} else {
+			fr, buf = buf[:j], buf[j+1:]
+		}
+		if len(trimSpace(fr)) > 0 {
+			c.frame(fr, rank, full, false)
+		}
+	}
+}
+
+// frame classifies one frame of a line: t is its text after the prefixes.
+// scanned says c.hits already holds the keywords of t.
+func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
+	if c.pend.active {
+		if c.continuePending(t, rank) {
+			return
+		}
+		scanned = false // continuePending used c.hits
+	}
+	if c.block.active && c.rootCauseLine(t, full) {
+		return
+	}
+	if f := c.cur; f != nil && f.allowTable >= c.num && f.oom != nil && parseAllowedTable(t, f.oom) {
+		return // "Requested : 1.14 GiB" after "would exceed allowed memory"
+	}
+	if f := c.cur; f != nil && f.host == "" && f.rank >= 0 && len(t) > 0 && t[0] == 's' {
+		srunTaskHost(t, f) // "srun: error: HOST: task N: Exited with exit code 1" names the failing rank's host
+	}
+	if !scanned {
+		c.m.scan(t, &c.hits)
+	}
+	h := &c.hits
+	phaseShape, failShape := anchoredCandidate(t)
+	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {
+		return
+	}
+	// Phase first: a progress bar glued to an error shows the phase the
+	// error happened in.
+	c.detectPhaseLine(t, h, phaseShape)
+	if h.any(&failureKeywords) || failShape {
+		if f, ok := c.detectFailure(t, h); ok {
+			c.record(f, rank, t, full)
+			if cur := c.cur; cur != nil && cur.wrapped != "" {
+				if cur.line == c.num {
+					w := cur.wrapped[:min(len(cur.wrapped), maxPendingBytes-1)]
+					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(w)), w...), f: cur}
+				}
+				cur.wrapped = ""
+			}
+		}
+	}
+}
+
+// srunTaskHost takes the host of f's rank from srun's report of the task's
+// end ("srun: error: gpu-07: task 3: Exited with exit code 1"), which
+// follows a rank's failure when srun runs it with --label.
+func srunTaskHost(t []byte, f *failure) {
+	const prefix = "srun: error: "
+	if !bHasPrefix(t, prefix) {
+		return
+	}
+	rest := t[len(prefix):]
+	i := bIndex(rest, ": task ")
+	if i <= 0 || bytes.IndexByte(rest[:i], ' ') >= 0 {
+		return
+	}
+	v, n, ok := scanInt(rest[i+len(": task "):])
+	if !ok || int(v) != f.rank || !bHasPrefix(rest[i+len(": task ")+n:], ": ") {
+		return
+	}
+	f.host = string(rest[:i])
+}
+
+// anchoredCandidate says whether a line without keywords may still matter
+// for its shape at the start: a progress row starting with digits or a
+// results row starting with "all" (phase), or a short line that may be a
+// localized "Killed" (failure).
+func anchoredCandidate(t []byte) (phase, fail bool) {
+	tl := trimSpaceLeft(t)
+	if len(tl) == 0 {
+		return false, false
+	}
+	switch c := tl[0]; {
+	case asciiDigit(c):
+		return true, false
+	case c == 'a':
+		return bHasPrefix(tl, "all "), false
+	case c >= 0x80:
+		return false, len(tl) <= 48
+	case len(tl) <= 24:
+		return false, localizedKilled[string(trimSpace(tl))]
+	}
+	return false, false
+}
+
+// detectPhaseLine runs the phase detectors and applies what they find.
+func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
+	r := &c.ph
+	ok := false
+	if len(c.user) > 0 && !c.explicit {
+		if p, m := matchUser(c.user, t); m {
+			ok = true
+			if detectPhase(t, h, r) {
+				// Keep the counters a built-in detector reads.
+				r.phase, r.done, r.combined, r.explicit = p, false, false, false
+			} else {
+				*r = newPhaseHit(p)
+			}
+		}
+	}
+	if !ok && (h.any(&phaseKeywords) || anchored) {
+		ok = detectPhase(t, h, r)
+	}
+	if !ok {
+		return
+	}
+	c.applyPhase(r)
+}
+
+func (c *Classifier) applyPhase(r *phaseHit) {
+	if r.explicit {
+		c.explicit = true
+	}
+	p := r.phase
+	if c.explicit && !r.explicit {
+		p = c.phase // explicit markers rule; other lines only count steps
+	}
+	if r.combined && c.phase == PhaseVal && !c.valDone && (c.valEpoch < 0 || r.epoch < 0 || c.valEpoch == r.epoch) {
+		// Lightning 1.x: the epoch bar also counts validation batches.
+		p = PhaseVal
+	}
+	if p != PhaseNone && p != c.phase {
+		c.phase = p
+		c.addMark(PhaseMark{Line: c.num, Phase: p})
+		if p == PhaseVal {
+			c.valDone = false
+			c.valEpoch = c.epoch
+			if r.epoch >= 0 {
+				c.valEpoch = r.epoch
+			}
+		}
+		c.emit(Event{Type: EventPhase, Line: c.num, Rank: c.rank, Phase: p})
+	}
+	if p == PhaseVal && r.done {
+		c.valDone = true
+	}
+	if c.trace != nil && p != PhaseNone {
+		c.trace(c.num, p)
+	}
+	if r.epoch >= 0 {
+		c.epoch = r.epoch
+	}
+	if p == PhaseTrain && r.step >= 0 {
+		c.step = r.step
+	} else if r.step >= 0 && (r.explicit || p == PhaseVal && r.cur < 0) {
+		c.step = r.step // a global step printed on a val line (fairseq's num_updates)
+	}
+	if (r.step >= 0 || r.epoch >= 0) && (c.step != c.evStep || c.epoch != c.evEpoch) && p == PhaseTrain {
+		c.evStep, c.evEpoch = c.step, c.epoch
+		c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: c.step, Epoch: c.epoch})
+	}
+	// Progress: the position of this line in training.
+	pos := progress{epoch: r.epoch, step: r.step}
+	if pos.step < 0 {
+		pos.step = r.cur
+	}
+	if f := c.cur; f != nil && c.num > f.line {
+		if f.phase == PhaseNone && c.num <= f.adopt && p != PhaseNone {
+			f.phase = p
+			if f.step < 0 && p == PhaseTrain && r.step >= 0 {
+				f.step = r.step
+			}
+			if f.epoch < 0 && r.epoch >= 0 {
+				f.epoch = r.epoch
+			}
+		}
+		// Another rank's progress does not show that the failing rank
+		// went on: it may print steps it took before it hung.
+		if (pos.step >= 0 || pos.epoch >= 0) && !r.nan && (f.rank < 0 || c.rank < 0 || f.rank == c.rank) {
+			c.tick(f, pos)
+		}
+	}
+	if pos.step >= 0 || pos.epoch >= 0 {
+		c.pos, c.havePos = pos, true
+	}
+}
+
+// tick counts the progress lines that follow a failure. Twice advancing
+// progress means training went on: the failure was handled.
+func (c *Classifier) tick(f *failure, pos progress) {
+	if !f.hasBase {
+		f.base, f.hasBase = pos, true
+		return
+	}
+	if !pos.after(f.base) {
+		return
+	}
+	f.base = pos
+	f.ticks++
+	if f.ticks >= 2 {
+		if len(c.handled) < 4 {
+			c.handled = append(c.handled, handledFailure{kind: f.kind, reason: f.reason, line: f.line})
+		}
+		c.cur = nil
+		c.pend = pendingMsg{}
+	}
+}
+
+func (c *Classifier) addMark(m PhaseMark) {
+	if len(c.marks) < maxPhaseMarks {
+		c.marks = append(c.marks, m)
+		return
+	}
+	// Keep the first half; slide the second half.
+	half := maxPhaseMarks / 2
+	copy(c.marks[half:], c.marks[half+1:])
+	c.marks[len(c.marks)-1] = m
+	c.marksDropped++
+}
+
+func (c *Classifier) emit(e Event) {
+	if c.opts.OnEvent != nil {
+		c.opts.OnEvent(e)
+	}
+}
+
+// record adopts a candidate failure found on the current line.
+func (c *Classifier) record(f failure, rank int, t, full []byte) {
+	f.detail = clipText(f.detail, maxDetail)
+	if f.rank < 0 {
+		f.rank = rank
+	}
+	if f.rank < 0 {
+		f.rank = rankInText(t)
+	}
+	cur := c.cur
+	if cur != nil {
+		if f.class > cur.class {
+			if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
+				// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
+				// then "(0) Resource exhausted: OOM when allocating ...".
+				f.oom.Exception = cur.exc
+			}
+			c.pend = pendingMsg{}
+			c.adopt(f, t, full)
+			return
+		}
+		if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
+			c.merge(cur, &f)
+		}
+		return
+	}
+	c.adopt(f, t, full)
+}
+
+func (c *Classifier) adopt(f failure, t, full []byte) {
+	nf := f
+	nf.line, nf.lastLine = c.num, c.num
+	nf.text = boundedText(full, t)
+	nf.phase = c.phase
+	nf.step, nf.epoch = c.step, c.epoch
+	nf.adopt = c.num + 5
+	if c.havePos {
+		nf.base, nf.hasBase = c.pos, true
+	}
+	if nf.allowTable > 0 {
+		nf.allowTable = c.num + 8
+	}
+	c.cur = &nf
+	if nf.oom != nil && nf.oom.Format == "caught" {
+		// The framework says it handled the OOM (fairseq: "ran out of
+		// memory, skipping batch"): no live failure event, which would start
+		// the supervisor's grace period on a job that goes on. The verdict
+		// keeps it unless training continues after it.
+		return
+	}
+	c.emit(Event{Type: EventFailure, Line: c.num, Rank: nf.rank, Kind: nf.kind, Text: nf.text})
+}
+
+// merge folds a later line of the same report into the current failure:
+// fields the first line did not show are taken from the later one.
+func (c *Classifier) merge(cur, f *failure) {
+	cur.lastLine = c.num
+	if cur.rank < 0 {
+		cur.rank = f.rank
+	}
+	if cur.host == "" {
+		cur.host = f.host
+	}
+	if cur.detail == "" {
+		cur.detail = f.detail
+	} else if f.family != cur.family {
+		addDetail(&cur.detail, f.detail)
+	}
+	if !f.lowConf {
+		cur.lowConf = false
+	}
+	if f.oom != nil {
+		if cur.oom == nil {
+			cur.oom = f.oom
+		} else if cur.oom.Format == f.oom.Format || cur.oom.Format == "nccl_cuda_oom" && f.oom.Format == "nccl_cuda_oom" {
+			fillOOM(cur.oom, f.oom)
+		}
+	}
+}
+
+// fillOOM copies into dst the figures src has and dst lacks.
+func fillOOM(dst, src *OOM) {
+	set := func(d **int64, s *int64) {
+		if *d == nil && s != nil {
+			*d = s
+		}
+	}
+	set(&dst.RequestedBytes, src.RequestedBytes)
+	set(&dst.TotalBytes, src.TotalBytes)
+	set(&dst.FreeBytes, src.FreeBytes)
+	set(&dst.InUseBytes, src.InUseBytes)
+	set(&dst.AllocatedBytes, src.AllocatedBytes)
+	set(&dst.ReservedUnallocatedBytes, src.ReservedUnallocatedBytes)
+	set(&dst.ReservedTotalBytes, src.ReservedTotalBytes)
+	set(&dst.PrivatePoolsBytes, src.PrivatePoolsBytes)
+	if dst.Device == nil {
+		dst.Device = src.Device
+	}
+	if dst.Exception == "" {
+		dst.Exception = src.Exception
+	}
+}
+
+// maxDetail bounds a failure's detail (the evidence in plain words).
+const maxDetail = 600
+
+// addDetail appends s to the detail *d, keeping it within maxDetail.
+func addDetail(d *string, s string) {
+	if s == "" || len(*d) >= maxDetail {
+		return
+	}
+	if *d != "" {
+		s = "; " + s
+	}
+	*d += clipText(s, maxDetail-len(*d))
+}
+
+// clipText shortens s to at most n bytes, at a character boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// boundedText is the failure line for Verdict.Text: the whole line when it is
+// short, else a window of it starting a little before the message. Invalid
+// UTF-8 is replaced; the result is at most maxText bytes and a "…".
+func boundedText(full, t []byte) string {
+	s := bytes.ToValidUTF8(trimSpace(full), []byte("\uFFFD"))
+	if len(s) <= maxText {
+		return string(s)
+	}
+	w := bytes.ToValidUTF8(trimSpace(t), []byte("\uFFFD"))
+	return "…" + clipText(string(w), maxText)
+}
+
+// continuePending appends a continuation line to a hard-wrapped OOM message.
+// It returns false (and ends the pending state) when t is not one.
+func (c *Classifier) continuePending(t []byte, rank int) bool {
+	p := &c.pend
+	if p.f != c.cur || rank != p.rank || p.lines >= maxPendingLines || !continuation(t) {
+		c.pend = pendingMsg{}
+		return false
+	}
+	c.m.scan(t, &c.hits)
+	if detectPhase(t, &c.hits, &c.ph) {
+		c.pend = pendingMsg{}
+		return false
+	}
+	p.lines++
+	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
+		p.buf = bytes.TrimRight(p.buf, " \t")
+		if len(p.buf) < maxPendingBytes {
+			p.buf = append(p.buf, ' ')
+		}
+		t = trimSpaceLeft(t)
+	}
+	room := max(maxPendingBytes-len(p.buf), 0)
+	if len(t) > room {
+		t = t[:room]
+	}
+	p.buf = append(p.buf, t...)
+	o := p.f.oom
+	keepExc := o.Exception
+	*o = OOM{Exception: keepExc}
+	p.f.extra = oomExtra{}
+	complete := parseTorchOOM(p.buf, o, &p.f.extra)
+	p.f.lastLine = c.num
+	if complete || len(p.buf) >= maxPendingBytes {
+		c.pend = pendingMsg{}
+	}
+	return true
+}
+
+// continuation says whether t may continue a wrapped message: not empty and
+// not the start of a new record of a traceback or a log.
+func continuation(t []byte) bool {
+	tl := trimSpace(t)
+	if len(tl) == 0 {
+		return false
+	}
+	if tl[0] == '[' || tl[0] == '{' || tl[0] == '|' {
+		return false // a log record, a dict log, a table
+	}
+	for _, p := range [...]string{"Traceback", "File \"", "During handling", "The above exception", "Exception raised from", "frame #", "ERROR:", "INFO:", "WARNING:", "Root Cause"} {
+		if bHasPrefix(tl, p) {
+			return false
+		}
+	}
+	// A new Python exception line: "SomethingError: ..."
+	if i := bytes.IndexByte(tl, ':'); i > 0 && i < 80 {
+		name := tl[:i]
+		if bytes.HasSuffix(name, []byte("Error")) || bytes.HasSuffix(name, []byte("Exception")) {
+			return false
+		}
+	}
+	return true
+}
+
+// rootCauseLine reads a line of torchrun's root-cause block. It returns true
+// when the line belonged to the block.
+func (c *Classifier) rootCauseLine(t, full []byte) bool {
+	b := &c.block
+	tl := trimSpace(t)
+	if c.num-b.line > 12 || bHasPrefix(tl, "====") {
+		c.block = rootCauseBlock{}
+		return len(tl) > 0 && tl[0] == '='
+	}
+	key, val, ok := blockField(tl)
+	if !ok {
+		// "[2]:", the header of the entry
+		if len(tl) > 3 && tl[0] == '[' && bytes.HasSuffix(tl, []byte("]:")) {
+			_, n, ok := scanInt(tl[1:])
+			return ok && n == len(tl)-3
+		}
+		return false
+	}
+	switch key {
+	case "rank":
+		if v, _, ok := scanInt(val); ok {
+			b.rank = int(v)
+		}
+	case "host":
+		b.host = string(val)
+	case "exitcode":
+		code, _, ok := scanInt(val)
+		if !ok {
+			return true
+		}
+		f := exitFailure(code, "torchrun")
+		if f.kind == KindNone {
+			return true
+		}
+		f.rank, f.host = b.rank, b.host
+		f.detail = "torchrun's root cause: rank " + itoa(int64(b.rank)) + " exited with code " + itoa(code)
+		if i := bIndex(val, "(pid: "); i >= 0 {
+			f.detail += " (pid " + string(trimSpace(bytes.TrimSuffix(val[i+len("(pid: "):], []byte(")")))) + ")"
+		}
+		c.record(f, b.rank, t, full)
+	case "traceback":
+		if bHas(val, "SIGKILL") || bHas(val, "Signal 9 ") {
+			if c.cur != nil && c.cur.kind == KindHostOOM && c.cur.family == "torchrun" {
+				addDetail(&c.cur.detail, string(val))
+			}
+		}
+	}
+	return true
+}
+
+// blockField splits "key      : value".
+func blockField(t []byte) (key string, val []byte, ok bool) {
+	i := bytes.IndexByte(t, ':')
+	if i <= 0 || i > 12 {
+		return "", nil, false
+	}
+	k := trimSpace(t[:i])
+	for _, s := range [...]string{"rank", "host", "exitcode", "traceback", "time", "error_file"} {
+		if string(k) == s {
+			return s, trimSpace(t[i+1:]), true
+		}
+	}
+	return "", nil, false
+}
+
+// Exit tells the classifier how the job's process ended (live only). The
+// Verdict uses it: a death by SIGKILL while the cgroup's OOM-kill counter
+// rose is a host OOM even when the job printed nothing; a job that exited 0
+// did not fail, whatever it printed.
+func (c *Classifier) Exit(e Exit) {
+	c.exit = &e
+}
+
+func itoa(v int64) string { return fmt.Sprint(v) }

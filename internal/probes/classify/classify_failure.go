@@ -1,0 +1,813 @@
+package classify
+
+// Failure detectors. Each recognises one family of messages by its fixed
+// words and returns a candidate failure; Classifier.record decides whether it
+// becomes (or refines) the verdict.
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
+)
+
+// Failure classes: a stronger class replaces a weaker failure seen earlier.
+const (
+	classWrapper  = 0 // a launcher's report that a worker failed (torchrun's ChildFailedError)
+	classGeneric  = 1 // an exception or exit status that names no known cause
+	classSpecific = 2 // a known failure that is not memory
+	classMemory   = 3 // the job ran out of memory
+)
+
+func memFailure(k Kind, reason, family string) failure {
+	return failure{kind: k, class: classMemory, reason: reason, family: family, rank: -1, step: -1, epoch: -1}
+}
+
+func crashFailure(class int, reason, family string) failure {
+	return failure{kind: KindCrash, class: class, reason: reason, family: family, rank: -1, step: -1, epoch: -1}
+}
+
+// gpuOOM starts a gpu_oom candidate with an OOM of the given format, the
+// exception printed before index at of t.
+func gpuOOM(t []byte, at int, format string) (failure, *OOM) {
+	f := memFailure(KindGPUOOM, "GPU out of memory", format)
+	o := &OOM{Format: format, Exception: exceptionBefore(t, at)}
+	f.oom = o
+	return f, o
+}
+
+// detectFailure runs the failure detectors on a line (after its prefixes).
+func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
+	if h.has(kwAutoBatch) {
+		c.autoBatchLine(t)
+	}
+	if h.has(kwExpandable) {
+		c.expandableLine(t)
+	}
+	if h.has(kwRootCause) && bHas(t, "Root Cause (first observed failure)") {
+		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
+		return failure{}, false
+	}
+	inProbe := c.abUntil >= c.num
+	if h.has(kwOutOfMem) {
+		if f, ok := outOfMemory(t, h.at(kwOutOfMem)); ok {
+			if inProbe && f.kind == KindGPUOOM {
+				return failure{}, false
+			}
+			return f, true
+		}
+	}
+	if h.has(kwAllocFailed) {
+		for _, lib := range [...]string{"CUBLAS", "CUDNN", "CUSOLVER", "CUSPARSE", "CUFFT"} {
+			if i := bIndex(t, lib+"_STATUS_ALLOC_FAILED"); i >= 0 || lib == "CUFFT" && bHas(t, "CUFFT_ALLOC_FAILED") {
+				if i < 0 {
+					i = bIndex(t, "CUFFT_ALLOC_FAILED")
+				}
+				f, _ := gpuOOM(t, i, strings.ToLower(lib)+"_alloc_failed")
+				f.reason = "GPU out of memory (" + lib + " could not allocate)"
+				return f, true
+			}
+		}
+	}
+	if h.has(kwExhausted) || h.has(kwOOM) {
+		if f, ok := exhaustedOrOOM(t, h); ok {
+			return f, true
+		}
+	}
+	if h.has(kwCPUAlloc) || h.has(kwNotEnough) {
+		if i := bIndex(t, "you tried to allocate "); i >= 0 && (bHas(t, "CPUAllocator") || bHas(t, "not enough memory")) {
+			f := memFailure(KindCPUAllocOOM, "host memory allocation failed (PyTorch CPU allocator)", "cpu")
+			o := &OOM{Format: "cpu_allocator", Exception: exceptionBefore(t, i)}
+			if v, ok := memSizeAfter(t, "you tried to allocate "); ok {
+				o.RequestedBytes = valPtr(v)
+			}
+			if !bHas(t, "CPUAllocator") {
+				o.Format = "th_not_enough_memory"
+			}
+			f.oom = o
+			return f, true
+		}
+	}
+	if h.has(kwUnableAlloc) {
+		// NumPy: "Unable to allocate 3.00 GiB for an array with shape (...)"
+		i := indexFoldASCII(t, "unable to allocate")
+		if v, _, ok := parseMemSize(trimSpaceLeft(t[i+len("unable to allocate"):])); ok {
+			f := memFailure(KindCPUAllocOOM, "host memory allocation failed", "numpy")
+			f.oom = &OOM{Format: "numpy", Exception: exceptionBefore(t, i), RequestedBytes: valPtr(v)}
+			if mentionsGPU(t) {
+				f.kind, f.reason, f.oom.Format = KindGPUOOM, "GPU out of memory", "other"
+			}
+			return f, true
+		}
+	}
+	if h.has(kwCanNot) {
+		// Intel Extension for PyTorch: "Current platform can NOT allocate
+		// memory block with size larger than 4GB! Tried to allocate ..."
+		i := bIndex(t, "Current platform")
+		if i < 0 {
+			i = bIndex(t, "can NOT allocate")
+		}
+		f, o := gpuOOM(t, i, "old_xpu")
+		parseTorchOOM(t[i:], o, &f.extra)
+		o.Format = "old_xpu"
+		f.family = "torch"
+		return f, true
+	}
+	if h.has(kwCalloc) {
+		if i := bIndex(t, "CUDA calloc "); i >= 0 {
+			f, o := gpuOOM(t, i, "nccl_cuda_oom")
+			f.reason = "GPU out of memory (NCCL allocation)"
+			if v, ok := memSizeAfter(t, "CUDA calloc "); ok {
+				o.RequestedBytes = valPtr(v)
+			}
+			return f, true
+		}
+	}
+	if h.has(kwMemoryError) {
+		if i := bIndex(t, "MemoryError"); i >= 0 && !bHas(t, "OutOfMemoryError") {
+			end := i + len("MemoryError")
+			if end == len(t) || t[end] == ':' || t[end] == ' ' {
+				if name := identBefore(t, end); name != "" {
+					f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
+					f.oom = &OOM{Format: "python_memory_error", Exception: name}
+					return f, true
+				}
+			}
+		}
+	}
+	if h.has(kwKilled) {
+		if f, ok := killedLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwExit) {
+		if f, ok := exitLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwSIGKILL) || h.has(kwSignal9) {
+		for _, s := range [...]string{"(SIGKILL) received by PID", "terminated with signal SIGKILL", "signal 9: SIGKILL",
+			"terminated by signal SIGKILL", "Signals.SIGKILL", "killed by signal 9", "Killed by signal 9"} {
+			if bHas(t, s) {
+				f := memFailure(KindHostOOM, "killed by SIGKILL", "sigkill")
+				f.lowConf = true
+				if i := bIndex(t, "process "); i >= 0 && bHas(t, "terminated with signal") {
+					if v, _, ok := scanInt(t[i+len("process "):]); ok {
+						f.detail = "worker process " + itoa(v) + " (torch.multiprocessing) was killed by SIGKILL"
+					}
+				}
+				return f, true
+			}
+		}
+	}
+	if h.has(kwTerminated) && bHas(t, "zsh: terminated") {
+		f := memFailure(KindHostOOM, "terminated by a signal (zsh: terminated)", "shell")
+		f.lowConf = true
+		f.detail = "the shell reports the job was terminated by a signal; out-of-memory daemons (earlyoom, systemd-oomd) end processes this way"
+		return f, true
+	}
+	if f, ok := crashLine(t, h); ok {
+		return f, true
+	}
+	if h.has(kwError) || h.has(kwException) {
+		if f, ok := exceptionLine(t); ok {
+			return f, true
+		}
+	}
+	if c.isAnchoredKilled(t) {
+		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
+		f.detail = "the shell printed \"" + string(trimSpace(t)) + "\" (SIGKILL)"
+		return f, true
+	}
+	return failure{}, false
+}
+
+// mentionsGPU says whether a line talks about a GPU device.
+func mentionsGPU(t []byte) bool {
+	return indexFoldASCII(t, "cuda") >= 0 || indexFoldASCII(t, "gpu") >= 0 || bHas(t, "HIP") || bHas(t, "XPU") || indexFoldASCII(t, "device") >= 0
+}
+
+// outOfMemory handles a line containing "out of memory" (any case); at is
+// where it occurs.
+func outOfMemory(t []byte, at int) (failure, bool) {
+	before := t[:at]
+	after := t[at+len("out of memory"):]
+	switch {
+	case bytes.HasSuffix(before, []byte("CUDA ")) || bytes.HasSuffix(before, []byte("HIP ")) || bytes.HasSuffix(before, []byte("XPU ")):
+		// PyTorch's caching allocator: "CUDA out of memory. Tried to allocate ..."
+		start := bytes.LastIndexByte(before[:len(before)-1], ' ') + 1
+		if start < 0 {
+			start = 0
+		}
+		word := string(before[start : len(before)-1])
+		if word != "CUDA" && word != "HIP" && word != "XPU" {
+			break
+		}
+		f, o := gpuOOM(t, start, "modern")
+		f.reason = word + " out of memory"
+		f.family = "torch"
+		if !parseTorchOOM(t[start:], o, &f.extra) {
+			// Hard-wrapped: the next lines may complete the message.
+			f.wrapped = string(t[start:])
+		}
+		return f, true
+	case bytes.HasSuffix(before, []byte("MPS backend ")):
+		f, o := gpuOOM(t, at-len("MPS backend "), "mps")
+		f.reason = "MPS out of memory"
+		parseMPSOOM(t[at-len("MPS backend "):], o, &f.extra)
+		return f, true
+	case bytes.HasSuffix(before, []byte("error: ")) || bytes.HasSuffix(before, []byte("Error: ")):
+		// "CUDA error: out of memory", "HIP error: out of memory"
+		f, _ := gpuOOM(t, at, "cuda_error")
+		f.reason = "CUDA error: out of memory"
+		if bytes.HasSuffix(before, []byte("HIP error: ")) {
+			f.reason = "HIP error: out of memory"
+		}
+		return f, true
+	case bytes.HasSuffix(before, []byte("error=2 : ")) || bytes.HasSuffix(before, []byte("error (2) : ")):
+		// pre-1.0 THC: "THCudaCheck FAIL file=... error=2 : out of memory",
+		// "cuda runtime error (2) : out of memory at ..."
+		f, _ := gpuOOM(t, at, "thc_runtime_error_2")
+		f.reason = "CUDA out of memory (THC)"
+		return f, true
+	case bHas(before, "Cuda failure") || bHas(before, "NCCL WARN"):
+		f, _ := gpuOOM(t, at, "nccl_cuda_oom")
+		f.reason = "GPU out of memory (NCCL allocation)"
+		f.family = "nccl"
+		return f, true
+	case bHasPrefix(after, ")") && bHas(before, "would exceed allowed memory"):
+		// "torch.cuda.OutOfMemoryError: Allocation on device 1 would exceed
+		// allowed memory. (out of memory)"
+		i := bIndex(t, "Allocation on device ")
+		if i < 0 {
+			i = at
+		}
+		f, o := gpuOOM(t, i, "allowed_memory_exceeded")
+		f.reason = "GPU memory limit of the process exceeded"
+		if i != at {
+			d := t[i+len("Allocation on "):]
+			if _, n, ok := scanInt(d[len("device "):]); ok {
+				o.Device = valPtr(string(d[:len("device ")+n]))
+			}
+		}
+		f.allowTable = 1
+		return f, true
+	case bHasPrefix(after, ": Killed process") || bHasPrefix(after, ": Kill process"):
+		// kernel: "Out of memory: Killed process 1204377 (python) total-vm:..."
+		// or "Memory cgroup out of memory: Killed process ..."
+		f := memFailure(KindHostOOM, "killed by the kernel's out-of-memory killer", "kernel")
+		f.detail = kernelKilled(t)
+		if bytes.HasSuffix(before, []byte("cgroup ")) {
+			f.reason = "killed by the memory cgroup's out-of-memory killer"
+		}
+		return f, true
+	case bytes.HasSuffix(before, []byte(": ")) && bHasPrefix(t[at:], "Out Of Memory"):
+		// "srun: error: cn-a17: task 0: Out Of Memory"
+		f := memFailure(KindHostOOM, "killed by Slurm for memory (task out of memory)", "slurm")
+		if i := bIndex(before, "task "); i >= 0 {
+			if v, _, ok := scanInt(before[i+len("task "):]); ok {
+				f.rank = int(v)
+			}
+			if j := bIndex(before, "srun: error: "); j >= 0 && j+len("srun: error: ") < i {
+				host := bytes.TrimSuffix(trimSpace(before[j+len("srun: error: "):i]), []byte(":"))
+				f.host = string(host)
+			}
+		}
+		f.detail = "srun: " + string(trimSpace(t))
+		return f, true
+	case bHasPrefix(after, " while trying to allocate") || bHasPrefix(after, " in memory space"):
+		i := bIndex(t, "RESOURCE_EXHAUSTED")
+		if i < 0 {
+			i = indexFoldASCII(t, "resource exhausted")
+		}
+		if i < 0 {
+			i = at
+		}
+		f, o := gpuOOM(t, i, "xla_resource_exhausted")
+		if o.Exception == "" {
+			o.Exception = exceptionBefore(t, at)
+		}
+		f.reason = "XLA out of memory (RESOURCE_EXHAUSTED)"
+		parseXLAOOM(t, o, &f.extra)
+		return f, true
+	case bytes.HasSuffix(before, []byte("an ")) || bytes.HasSuffix(before, []byte("Ran ")):
+		// TensorFlow's BFC allocator: "Ran out of memory trying to allocate
+		// 812.3KiB.  See logs for memory state." The same words followed by
+		// "The caller indicates that this is not a failure" are a warning.
+		if bHas(t, "not a failure") || bHas(t, "caller indicates") {
+			return failure{}, false
+		}
+		switch {
+		case bHasPrefix(after, " trying to allocate"):
+			f, o := gpuOOM(t, at, "tf_bfc_ran_out")
+			f.reason = "GPU out of memory (TensorFlow allocator)"
+			if v, ok := memSizeAfter(after, "trying to allocate "); ok {
+				o.RequestedBytes = valPtr(v)
+			}
+			o.Exception = ""
+			return f, true
+		case bHasPrefix(after, " when allocating"):
+			// TF 1.0: "EigenAllocator for GPU ran out of memory when allocating 0."
+			f, o := gpuOOM(t, at, "tf_eigen_allocator_fatal")
+			f.reason = "GPU out of memory (TensorFlow EigenAllocator)"
+			rest := trimSpaceLeft(after[len(" when allocating"):])
+			if v, n, ok := scanInt(rest); ok && asciiDigit(rest[0]) {
+				if s, _, ok := parseMemSize(rest); ok {
+					o.RequestedBytes = valPtr(s)
+				} else if n > 0 {
+					o.RequestedBytes = valPtr(v)
+				}
+			}
+			o.Exception = ""
+			return f, true
+		case bHasPrefix(after, ", skipping"), bHasPrefix(after, " with exception"):
+			// fairseq caught the OOM and skips the batch.
+			f, o := gpuOOM(t, at, "")
+			o.Format = "caught"
+			f.reason = "GPU out of memory (caught by the framework, batch skipped)"
+			return f, true
+		}
+	}
+	// Any other error line that says "out of memory" about a device.
+	if mentionsGPU(t) && (bHas(t, "Error") || bHas(t, "error") || bHas(t, "ERROR") || bHas(t, "FAIL")) {
+		f, _ := gpuOOM(t, at, "other")
+		f.reason = "GPU out of memory"
+		return f, true
+	}
+	return failure{}, false
+}
+
+// kernelKilled summarises "Out of memory: Killed process 1204377 (python)
+// total-vm:61240388kB, anon-rss:30411256kB, ...".
+func kernelKilled(t []byte) string {
+	i := bIndex(t, "process ")
+	if i < 0 {
+		return ""
+	}
+	r := t[i+len("process "):]
+	pid, n, ok := scanInt(r)
+	if !ok {
+		return ""
+	}
+	s := "the kernel killed process " + itoa(pid)
+	r = r[n:]
+	if bHasPrefix(r, " (") {
+		if j := bytes.IndexByte(r, ')'); j > 2 && j < 64 {
+			s = "the kernel killed " + string(r[2:j]) + " (pid " + itoa(pid) + ")"
+		}
+	}
+	if k := bIndex(t, "anon-rss:"); k >= 0 {
+		if v, ok := memSizeAfter(t[k:], "anon-rss:"); ok {
+			s += ", which held " + humanize.GiB(v) + " of RAM"
+		}
+	}
+	return s
+}
+
+// exhaustedOrOOM handles RESOURCE_EXHAUSTED, ResourceExhaustedError, "OOM
+// when allocating", Slurm's oom-kill events and the kernel's oom-kill lines.
+func exhaustedOrOOM(t []byte, h *hitSet) (failure, bool) {
+	if i := bIndex(t, "OOM when allocating"); i >= 0 {
+		f, o := gpuOOM(t, i, "tf_oom_tensor")
+		f.reason = "GPU out of memory (TensorFlow)"
+		parseTFOOM(t[i:], o, &f.extra)
+		return f, true
+	}
+	if h.has(kwExhausted) {
+		i := bIndex(t, "RESOURCE_EXHAUSTED")
+		if i < 0 {
+			i = bIndex(t, "Resource exhausted")
+		}
+		if i >= 0 && (bHas(t[i:], "llocat") || bHas(t[i:], "emory") || bHas(t[i:], "reserve")) {
+			f, o := gpuOOM(t, i, "xla_resource_exhausted")
+			f.reason = "XLA out of memory (RESOURCE_EXHAUSTED)"
+			parseXLAOOM(t[i:], o, &f.extra)
+			return f, true
+		}
+	}
+	if !h.has(kwOOM) {
+		return failure{}, false
+	}
+	switch {
+	case bHas(t, "oom-kill event") || bHas(t, "oom_kill event"):
+		// slurmstepd: "Detected 1 oom-kill event(s) in StepId=2318.batch
+		// cgroup." / "Detected 3 oom_kill events in StepId=881204.2."
+		f := memFailure(KindHostOOM, "killed by Slurm's cgroup out-of-memory handler", "slurm")
+		if v, ok := intAfterKey(t, "Detected "); ok {
+			f.detail = "Slurm detected " + itoa(v) + " oom-kill event(s)"
+			for _, k := range [...]string{"StepId=", "in step "} {
+				if j := bIndex(t, k); j >= 0 {
+					s := t[j+len(k):]
+					e := 0
+					for e < len(s) && s[e] != ' ' && !(s[e] == '.' && (e+1 == len(s) || s[e+1] == ' ')) {
+						e++
+					}
+					f.detail += " in step " + string(s[:e])
+					break
+				}
+			}
+		}
+		return f, true
+	case bHas(t, "oom-kill:") || bHas(t, "invoked oom-killer") || bHas(t, "oom_reaper: reaped process"):
+		f := memFailure(KindHostOOM, "killed by the kernel's out-of-memory killer", "kernel")
+		if j := bIndex(t, "task="); j >= 0 {
+			s := t[j+len("task="):]
+			e := bytes.IndexByte(s, ',')
+			if e < 0 {
+				e = len(s)
+			}
+			if pid, ok := intAfterKey(t, ",pid="); ok {
+				f.detail = "the kernel killed " + string(s[:e]) + " (pid " + itoa(pid) + ")"
+			}
+		} else if bHas(t, "oom_reaper") {
+			f.detail = kernelKilled(t)
+		}
+		return f, true
+	case bHas(t, "OOM Killed") || bHas(t, "OOMKilled") || bHas(t, "oom-killed") || bHas(t, "OOM-killed"):
+		f := memFailure(KindHostOOM, "killed for memory (OOM killed)", "slurm")
+		f.detail = string(trimSpace(t))
+		if len(f.detail) > 200 {
+			f.detail = f.detail[:200]
+		}
+		return f, true
+	}
+	return failure{}, false
+}
+
+// killedLine handles lines with "killed" in any case.
+func killedLine(t []byte) (failure, bool) {
+	if i := bIndex(t, "killed by signal: "); i >= 0 {
+		// DataLoader: "DataLoader worker (pid 23310) is killed by signal: Killed."
+		sig := t[i+len("killed by signal: "):]
+		worker := ""
+		if j := bIndex(t, "(pid "); j >= 0 {
+			if v, _, ok := scanInt(t[j+len("(pid "):]); ok {
+				worker = "DataLoader worker pid " + itoa(v)
+			}
+		}
+		switch {
+		case bHasPrefix(sig, "Killed"):
+			f := memFailure(KindHostOOM, "a DataLoader worker was killed by SIGKILL", "dataloader")
+			f.detail = worker
+			return f, true
+		case bHasPrefix(sig, "Segmentation fault"):
+			f := crashFailure(classSpecific, "segmentation fault in a DataLoader worker", "segfault")
+			f.detail = worker
+			return f, true
+		case bHasPrefix(sig, "Bus error"):
+			f := crashFailure(classSpecific, "bus error in a DataLoader worker", "bus_error")
+			f.detail = worker
+			return f, true
+		default:
+			e := bytes.IndexAny(sig, ".")
+			if e < 0 || e > 40 {
+				e = len(sig)
+				if e > 40 {
+					e = 40
+				}
+			}
+			f := crashFailure(classGeneric, "a DataLoader worker was killed by signal "+string(sig[:e]), "dataloader")
+			f.detail = worker
+			return f, true
+		}
+	}
+	tt := trimSpace(t)
+	tt = bytes.Trim(tt, "\"'`")
+	if string(tt) == "Killed" || bytes.HasPrefix(tt, []byte("zsh: killed")) {
+		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
+		f.detail = "the shell printed \"" + string(tt) + "\""
+		return f, true
+	}
+	// bash in a batch script: "slurm_script: line 41: 30517 Killed   python3 fit_model.py ..."
+	for off := 0; off < len(t); {
+		i := bIndex(t[off:], " Killed")
+		if i < 0 {
+			break
+		}
+		i += off
+		off = i + len(" Killed")
+		j := i
+		for j > 0 && asciiDigit(t[j-1]) {
+			j--
+		}
+		if j == i || (j > 0 && t[j-1] != ' ' && t[j-1] != ':') {
+			continue
+		}
+		if off < len(t) && t[off] != ' ' && t[off] != '\t' {
+			continue
+		}
+		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
+		cmd := trimSpace(t[off:])
+		if len(cmd) > 120 {
+			cmd = cmd[:120]
+		}
+		f.detail = "the shell reports pid " + string(t[j:i]) + " killed"
+		if len(cmd) > 0 {
+			f.detail += ": " + string(cmd)
+		}
+		return f, true
+	}
+	if i := bIndex(t, "Killed process "); i >= 0 {
+		f := memFailure(KindHostOOM, "killed by the kernel's out-of-memory killer", "kernel")
+		f.detail = kernelKilled(t)
+		return f, true
+	}
+	return failure{}, false
+}
+
+// localizedKilled lists the shell's "Killed" in other languages (glibc's
+// translations of SIGKILL's name), for lines of their own.
+var localizedKilled = map[string]bool{
+	"已杀死": true, "已砍掉": true, "強制終了": true, "죽었음": true, "Getötet": true, "Processus arrêté": true,
+	"Terminado (killed)": true, "Ucciso": true, "Morto": true, "Убито": true, "Убит": true, "Unicestwiony": true,
+}
+
+// isAnchoredKilled recognises a localized shell "Killed" on a line of its
+// own: 已杀死 (zh_CN), 已砍掉 (zh_TW), 強制終了 (ja), 죽었음 (ko), Getötet
+// (de), Processus arrêté (fr), Terminado (killed) (es), Ucciso (it), Morto
+// (pt_BR), Убито / Убит (ru), Unicestwiony (pl).
+func (c *Classifier) isAnchoredKilled(t []byte) bool {
+	tt := bytes.Trim(trimSpace(t), "\"'`")
+	if len(tt) == 0 || len(tt) > 48 {
+		return false
+	}
+	return localizedKilled[string(tt)]
+}
+
+// exitFailure maps a worker's exit code as torchrun prints it (negative: the
+// signal that ended it).
+func exitFailure(code int64, family string) failure {
+	switch {
+	case code == -9 || code == 137:
+		f := memFailure(KindHostOOM, "a worker was killed by SIGKILL", family)
+		f.lowConf = true
+		return f
+	case code == -11 || code == 139:
+		return crashFailure(classSpecific, "a worker crashed with a segmentation fault", "segfault")
+	case code == -6 || code == 134:
+		return crashFailure(classGeneric, "a worker aborted (SIGABRT)", family)
+	case code == -7 || code == 135:
+		return crashFailure(classSpecific, "a worker died of a bus error", "bus_error")
+	case code < 0:
+		return crashFailure(classGeneric, "a worker was killed by signal "+itoa(-code), family)
+	case code > 0:
+		return crashFailure(classGeneric, "a worker exited with code "+itoa(code), family)
+	}
+	return failure{kind: KindNone}
+}
+
+// exitLine handles exit codes and statuses printed by launchers, shells and
+// IDEs.
+func exitLine(t []byte) (failure, bool) {
+	if i := bIndex(t, "exited unexpectedly"); i >= 0 {
+		// DataLoader: "DataLoader worker (pid(s) 1234, 5678) exited unexpectedly"
+		if v, ok := intAfterKey(t[i:], "with exit code "); ok {
+			f := exitFailure(v, "dataloader")
+			if f.kind == KindNone {
+				return failure{}, false
+			}
+			f.reason = strings.Replace(f.reason, "a worker", "a DataLoader worker", 1)
+			return f, true
+		}
+		f := memFailure(KindHostOOM, "a DataLoader worker exited unexpectedly", "dataloader")
+		f.lowConf = true
+		if j := bIndex(t, "(pid"); j >= 0 {
+			if k := bytes.IndexByte(t[j:], ')'); k > 0 && k < 100 {
+				f.detail = "DataLoader worker " + string(t[j+1:j+k])
+			}
+		}
+		return f, true
+	}
+	if i := bIndex(t, "exitcode"); i >= 0 {
+		// torchrun: "failed (exitcode: -9) local_rank: 1 (pid: 20488) of binary: ..."
+		r := t[i+len("exitcode"):]
+		r = trimSpaceLeft(r)
+		if len(r) > 0 && r[0] == ':' {
+			r = trimSpaceLeft(r[1:])
+			if code, _, ok := scanInt(r); ok {
+				f := exitFailure(code, "torchrun")
+				if f.kind == KindNone {
+					return failure{}, false
+				}
+				if v, ok := intAfterKey(t, "local_rank: "); ok {
+					f.detail = "torchrun: local rank " + itoa(v) + " exited with code " + itoa(code)
+				}
+				return f, true
+			}
+		}
+		return failure{}, false
+	}
+	for _, k := range [...]string{"exit code ", "exit code: ", "exit status ", "exited with code ", "non-zero exit status "} {
+		if v, ok := intAfterKey(t, k); ok {
+			if v == 0 {
+				return failure{}, false
+			}
+			f := exitFailure(v, "exit")
+			if v == 137 {
+				f.reason = "killed by SIGKILL (exit code 137)"
+			}
+			if f.kind == KindCrash {
+				f.reason = "the process exited with code " + itoa(v)
+				if v == 139 {
+					f.reason = "segmentation fault (exit code 139)"
+				}
+			}
+			return f, true
+		}
+	}
+	return failure{}, false
+}
+
+// crashLine handles the known failures that are not memory.
+func crashLine(t []byte, h *hitSet) (failure, bool) {
+	switch {
+	case h.has(kwIllegal):
+		return crashFailure(classSpecific, "CUDA illegal memory access", "cuda_illegal_memory_access"), true
+	case h.has(kwAssert):
+		return crashFailure(classSpecific, "CUDA device-side assert", "cuda_device_side_assert"), true
+	case h.has(kwKernelImage):
+		return crashFailure(classSpecific, "no CUDA kernel image for this GPU", "cuda_no_kernel_image"), true
+	case h.has(kwWatchdog) && bHas(t, "collective operation timeout"),
+		h.has(kwPGNCCL) && (indexFoldASCII(t, "timeout") >= 0 || bHas(t, "timed out")):
+		f := crashFailure(classSpecific, "NCCL timeout", "nccl_timeout")
+		return f, true
+	case h.has(kwSegfault) || h.has(kwSIGSEGV):
+		return crashFailure(classSpecific, "segmentation fault", "segfault"), true
+	case h.has(kwBusError) && (bHas(t, "Bus error") || bHas(t, "bus error encountered")):
+		return crashFailure(classSpecific, "bus error", "bus_error"), true
+	case h.has(kwNaN) && nanLoss(t):
+		return crashFailure(classSpecific, "NaN loss", "nan_loss"), true
+	}
+	if h.has(kwCudaError) || h.has(kwHipError) {
+		i := indexFoldASCII(t, "cuda error: ")
+		n := len("cuda error: ")
+		if i < 0 {
+			i = bIndex(t, "HIP error: ")
+			n = len("HIP error: ")
+		}
+		if i >= 0 {
+			msg := trimSpace(t[i+n:])
+			if len(msg) > 100 {
+				msg = msg[:100]
+			}
+			return crashFailure(classSpecific, string(t[i:i+n])+string(msg), "cuda_error"), true
+		}
+	}
+	if h.has(kwRuntimeErr) {
+		if i := indexFoldASCII(t, "cuda runtime error ("); i >= 0 {
+			msg := trimSpace(t[i:])
+			if len(msg) > 100 {
+				msg = msg[:100]
+			}
+			return crashFailure(classSpecific, string(msg), "cuda_error"), true
+		}
+	}
+	if h.has(kwCudnn) && indexFoldASCII(t, "error") >= 0 {
+		i := bIndex(t, "CUDNN_STATUS_")
+		e := i + len("CUDNN_STATUS_")
+		for e < len(t) && (t[e] == '_' || t[e] >= 'A' && t[e] <= 'Z') {
+			e++
+		}
+		return crashFailure(classSpecific, "cuDNN error "+string(t[i:e]), "cudnn_error"), true
+	}
+	if h.has(kwCancelled) && bHas(t, "***") {
+		switch {
+		case bHas(t, "DUE TO TIME LIMIT"):
+			return crashFailure(classSpecific, "cancelled by Slurm (time limit)", "slurm_cancelled"), true
+		case bHas(t, "DUE TO PREEMPTION"):
+			return crashFailure(classSpecific, "cancelled by Slurm (preemption)", "slurm_cancelled"), true
+		case bHas(t, "DUE TO NODE FAILURE"):
+			return crashFailure(classSpecific, "cancelled by Slurm (node failure)", "slurm_cancelled"), true
+		}
+		return crashFailure(classGeneric, "cancelled (Slurm)", "slurm_cancelled"), true
+	}
+	if h.has(kwCoreDumped) || h.has(kwAborted) && bHasPrefix(trimSpace(t), "Aborted") {
+		tt := trimSpace(t)
+		if len(tt) > 80 {
+			tt = tt[:80]
+		}
+		return crashFailure(classGeneric, "crashed: "+string(tt), "abort"), true
+	}
+	return failure{}, false
+}
+
+// exceptionLine handles a Python exception line: "SomethingError: message"
+// at the start of a line (after prefixes), after a glued progress bar ("]"),
+// or after pytest's " - ".
+func exceptionLine(t []byte) (failure, bool) {
+	for off, tries := 0, 0; tries < 4 && off < len(t); tries++ {
+		i, n := -1, 0
+		ie := bIndex(t[off:], "Error")
+		ix := bIndex(t[off:], "Exception")
+		switch {
+		case ie >= 0 && (ix < 0 || ie < ix):
+			i, n = ie+off, len("Error")
+		case ix >= 0:
+			i, n = ix+off, len("Exception")
+		default:
+			return failure{}, false
+		}
+		end := i + n
+		off = end
+		if end < len(t) && t[end] != ':' {
+			continue
+		}
+		name := identBefore(t, end)
+		if len(name) <= n {
+			continue // "Error:" alone is not a Python exception type
+		}
+		s := end - len(name)
+		lead := trimSpace(t[:s])
+		if len(lead) > 0 {
+			last := lead[len(lead)-1]
+			if !(last == ']' || last == '|' || last == '-' || last == '>' || last == '`' || last == '"') {
+				continue
+			}
+		}
+		msg := []byte(nil)
+		if end < len(t) {
+			msg = trimSpace(t[end+1:])
+		}
+		return exceptionFailure(name, msg), true
+	}
+	return failure{}, false
+}
+
+// exceptionFailure classifies a Python exception by its type and message.
+func exceptionFailure(name string, msg []byte) failure {
+	short := name
+	if k := strings.LastIndexByte(name, '.'); k >= 0 {
+		short = name[k+1:]
+	}
+	m := msg
+	if len(m) > 100 {
+		m = append(append([]byte(nil), m[:100]...), "…"...)
+	}
+	text := string(bytes.ToValidUTF8(m, []byte("\uFFFD")))
+	quoted := short
+	if text != "" {
+		quoted += ": " + text
+	}
+	switch {
+	case bHas(msg, "Cannot allocate memory") || bHas(msg, "[Errno 12]"):
+		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (ENOMEM)", "enomem")
+		f.oom = &OOM{Format: "enomem", Exception: name}
+		return f
+	case short == "OutOfMemoryError":
+		f := memFailure(KindGPUOOM, "GPU out of memory", "torch")
+		f.oom = &OOM{Format: "other", Exception: name}
+		return f
+	case short == "ImportError":
+		return crashFailure(classSpecific, "import error: "+text, "import_error")
+	case short == "ModuleNotFoundError":
+		return crashFailure(classSpecific, "module not found: "+text, "module_not_found")
+	case short == "FileNotFoundError":
+		what := "file not found"
+		lm := bytes.ToLower(msg)
+		for _, s := range [...]string{".pt'", ".pth'", ".ckpt'", ".bin'", ".safetensors'", "checkpoint", "ckpt"} {
+			if bytes.Contains(lm, []byte(s)) {
+				what = "checkpoint file not found"
+				break
+			}
+		}
+		if i := bIndex(m, "No such file or directory: "); i >= 0 {
+			text = string(bytes.ToValidUTF8(m[i+len("No such file or directory: "):], []byte("\uFFFD")))
+		}
+		return crashFailure(classSpecific, what+": "+text, "file_not_found")
+	case short == "FloatingPointError":
+		return crashFailure(classSpecific, "NaN or infinite loss ("+quoted+")", "nan_loss")
+	case short == "ChildFailedError":
+		return crashFailure(classWrapper, "a torchrun worker failed", "torchrun")
+	case short == "DistBackendError" || bHas(msg, "NCCL error") || bHas(msg, "NCCL communicator"):
+		return crashFailure(classSpecific, "NCCL error ("+quoted+")", "nccl_error")
+	}
+	f := crashFailure(classGeneric, quoted, "exception")
+	f.exc = name
+	return f
+}
+
+// autoBatchLine tracks YOLOv5/Ultralytics AutoBatch, whose probing prints
+// CUDA OOM text for batch sizes that do not fit; that text is not a failure.
+func (c *Classifier) autoBatchLine(t []byte) {
+	switch {
+	case bHas(t, "AutoBatch: Computing optimal batch size"):
+		c.abUntil = c.num + 40
+	case bHas(t, "AutoBatch: Using batch-size"), bHas(t, "AutoBatch: WARNING"):
+		c.abUntil = c.num
+	}
+}
+
+// expandableLine notes what the log says about expandable_segments, outside
+// PyTorch's own hint in OOM messages.
+func (c *Classifier) expandableLine(t []byte) {
+	switch {
+	case bHas(t, "expandable_segments not supported"):
+		c.exp.unsupported = true
+	case bHas(t, "try setting") || bHas(t, "If reserved"):
+		// the OOM message's hint
+	case bHas(t, "expandable_segments:True") || bHas(t, "expandable_segments:true"):
+		c.exp.on = true
+	case bHas(t, "expandable_segments:False") || bHas(t, "expandable_segments:false"):
+		c.exp.off = true
+	}
+}

@@ -1,0 +1,443 @@
+package classify
+
+// The classifier's literal prefilter.
+//
+// Almost every line of a training log is ordinary progress output. Before any
+// detector looks at a line, one pass over its bytes finds which of a fixed set
+// of keywords it contains ("out of memory", "Error", "epoch", ...). A line
+// containing none of them costs that pass and nothing else: no regular
+// expression, no allocation.
+//
+// The pass looks up every pair of adjacent bytes (ASCII letters folded to lower
+// case) in a 64 KiB table. Each keyword is registered under one of its byte
+// pairs, its anchor: the pair that is rarest in typical training output (a
+// built-in sample of such output decides), so that the table rarely sends the
+// scan to verify a keyword that is not there.
+
+import "sync"
+
+// kw names a keyword of the prefilter. The order is the order of the bits in
+// a hitSet, nothing more.
+type kw uint8
+
+const (
+	// failures
+	kwOutOfMem kw = iota
+	kwAllocFailed
+	kwExhausted
+	kwOOM
+	kwCPUAlloc
+	kwNotEnough
+	kwUnableAlloc
+	kwCanNot
+	kwCalloc
+	kwEigen
+	kwMemoryError
+	kwKilled
+	kwExit
+	kwSIGKILL
+	kwSignal9
+	kwTerminated
+	kwIllegal
+	kwAssert
+	kwKernelImage
+	kwWatchdog
+	kwPGNCCL
+	kwSegfault
+	kwSIGSEGV
+	kwBusError
+	kwNaN
+	kwCudaError
+	kwHipError
+	kwRuntimeErr
+	kwCudnn
+	kwCancelled
+	kwCoreDumped
+	kwAborted
+	kwRootCause
+	kwError
+	kwException
+	kwExpandable
+	kwAutoBatch
+	kwInfinite
+
+	// phases
+	kwEpoch
+	kwValid
+	kwValBracket
+	kwValTime
+	kwEvaluat
+	kwEvalDict
+	kwEvalBracket
+	kwTrain
+	kwSanity
+	kwTest
+	kwInference
+	kwStars
+	kwLossDict
+	kwGPUMem
+	kwImages
+	kwTop1
+	kwSkipped
+	kwOverflow
+	kwIter
+	kwGpuguard
+	kwStep
+	kwNumUpdates
+	kwParenVal
+	kwParenTest
+	kwParenTrain
+	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
+	kwOctalEsc // a literal "#033" (escape)
+
+	kwCount
+)
+
+// kwEntry is one entry of the prefilter.
+type kwEntry struct {
+	id   kw
+	text string // lower case where fold is set
+	fold bool   // match ASCII letters without regard to case
+}
+
+var kwTable = []kwEntry{
+	{kwOutOfMem, "out of memory", true},
+	{kwAllocFailed, "_ALLOC_FAILED", false},
+	{kwExhausted, "exhausted", true},
+	{kwOOM, "oom", true},
+	{kwCPUAlloc, "CPUAllocator", false},
+	{kwNotEnough, "not enough memory", true},
+	{kwUnableAlloc, "unable to allocate", true},
+	{kwCanNot, "can NOT allocate", false},
+	{kwCalloc, "CUDA calloc", false},
+	{kwEigen, "EigenAllocator", false},
+	{kwMemoryError, "MemoryError", false},
+	{kwKilled, "killed", true},
+	{kwExit, "exit", true},
+	{kwSIGKILL, "SIGKILL", false},
+	{kwSignal9, "signal 9", true},
+	{kwTerminated, "terminated", true},
+	{kwIllegal, "illegal memory access", true},
+	{kwAssert, "device-side assert", true},
+	{kwKernelImage, "no kernel image", true},
+	{kwWatchdog, "watchdog caught", true},
+	{kwPGNCCL, "ProcessGroupNCCL", false},
+	{kwSegfault, "segmentation fault", true},
+	{kwSIGSEGV, "SIGSEGV", false},
+	{kwBusError, "bus error", true},
+	{kwNaN, "nan", true},
+	{kwCudaError, "cuda error", true},
+	{kwHipError, "HIP error", false},
+	{kwRuntimeErr, "runtime error", true},
+	{kwCudnn, "CUDNN_STATUS_", false},
+	{kwCancelled, "CANCELLED AT", false},
+	{kwCoreDumped, "core dumped", true},
+	{kwAborted, "Aborted", false},
+	{kwRootCause, "Root Cause", false},
+	{kwError, "Error", false},
+	{kwException, "Exception", false},
+	{kwExpandable, "expandable_segments", false},
+	{kwAutoBatch, "AutoBatch", false},
+	{kwInfinite, "infinite", true},
+
+	{kwEpoch, "epoch", true},
+	{kwValid, "valid", true},
+	{kwValBracket, "[val", false},
+	{kwValTime, "val_time", false},
+	{kwEvaluat, "evaluat", true},
+	{kwEvalDict, "{'eval_", false},
+	{kwEvalBracket, "[eval", false},
+	{kwTrain, "train", true},
+	{kwSanity, "Sanity Check", false},
+	{kwTest, "Test", false},
+	{kwInference, "inference", true},
+	{kwStars, "***** Running", false},
+	{kwLossDict, "{'loss'", false},
+	{kwGPUMem, "gpu_mem", true},
+	{kwImages, "Images", false},
+	{kwTop1, "top1_acc", false},
+	{kwSkipped, "skipped=", false},
+	{kwOverflow, "OVERFLOW!", false},
+	{kwIter, "iter", true},
+	{kwGpuguard, "gpuguard:", false},
+	{kwStep, "step", true},
+	{kwNumUpdates, "num_updates", false},
+	{kwParenVal, "(val", false},
+	{kwParenTest, "(test)", false},
+	{kwParenTrain, "(train)", false},
+	{kwOctalCR, "#015", false},
+	{kwOctalEsc, "#033", false},
+}
+
+// failureKeywords and phaseKeywords split the hit set between the two kinds of
+// detectors.
+var failureKeywords, phaseKeywords hitSet
+
+func init() {
+	for _, k := range kwTable {
+		if k.id < kwEpoch {
+			failureKeywords.set(k.id, 0)
+		} else {
+			phaseKeywords.set(k.id, 0)
+		}
+	}
+}
+
+// hitSet records which keywords a line contains and where each first occurs.
+type hitSet struct {
+	bits [2]uint64
+	pos  [kwCount]int32
+}
+
+func (h *hitSet) reset() { h.bits = [2]uint64{} }
+
+func (h *hitSet) set(k kw, at int) {
+	w, b := k>>6, uint64(1)<<(k&63)
+	if h.bits[w]&b == 0 {
+		h.bits[w] |= b
+		h.pos[k] = int32(at)
+	}
+}
+
+func (h *hitSet) has(k kw) bool { return h.bits[k>>6]&(1<<(k&63)) != 0 }
+
+// at is where keyword k first occurs; only meaningful when has(k).
+func (h *hitSet) at(k kw) int { return int(h.pos[k]) }
+
+func (h *hitSet) empty() bool { return h.bits[0]|h.bits[1] == 0 }
+
+func (h *hitSet) any(m *hitSet) bool {
+	return h.bits[0]&m.bits[0] != 0 || h.bits[1]&m.bits[1] != 0
+}
+
+// asciiFold maps ASCII upper-case letters to lower case and every other byte to
+// itself.
+var asciiFold [256]byte
+
+func init() {
+	for i := range asciiFold {
+		asciiFold[i] = byte(i)
+		if i >= 'A' && i <= 'Z' {
+			asciiFold[i] = byte(i) + 'a' - 'A'
+		}
+	}
+}
+
+// kwAnchor is a keyword registered under one of its byte pairs.
+type kwAnchor struct {
+	k   *kwEntry
+	off int // offset of the anchor pair inside the keyword
+}
+
+// kwMatcher is the prefilter's table. It is built once and shared read-only by
+// every Classifier.
+type kwMatcher struct {
+	table  [1 << 16]uint8 // folded byte pair -> 1 + index into groups; 0: none
+	groups [][]kwAnchor
+	flags  [256]uint8 // byteFirst, byteSecond: the byte's place in some anchor pair
+}
+
+const (
+	byteFirst  = 1 << iota // the first byte of some anchor pair
+	byteSecond             // the second byte of some anchor pair
+)
+
+var (
+	sharedKWMatcher     *kwMatcher
+	sharedKWMatcherOnce sync.Once
+)
+
+func getKWMatcher() *kwMatcher {
+	sharedKWMatcherOnce.Do(func() { sharedKWMatcher = newKWMatcher(kwTable) })
+	return sharedKWMatcher
+}
+
+// anchorSample is typical training output. The bytes and byte pairs
+// frequent in it make poor anchors: the scan would stop on them at every line.
+const anchorSample = `Epoch 3:  45%|████▌     | 123/456 [00:12<00:30,  4.51it/s, loss=0.123, v_num=3]
+Epoch 3:  46%|████▋     | 124/456 [00:12<00:30,  4.52it/s, loss=0.131, v_num=3]
+Epoch 3:  46%|████▋     | 125/456 [00:12<00:30,  4.52it/s, loss=0.129, v_num=3]
+Validation DataLoader 0:  50%|█████     | 10/20 [00:01<00:01,  9.80it/s]
+ 60%|██████    | 3/5 [00:02<00:01,  1.31it/s]
+{'loss': 0.4021, 'grad_norm': 1.283, 'learning_rate': 4.5e-05, 'epoch': 0.53}
+[2022-05-23 18:41:02,337] [INFO] [logging.py:69:log_dist] [Rank 0] step=120, skipped=5, lr=[3e-05], mom=[[0.9, 0.98]]
+05/27 11:03:44 - mmengine - INFO - Epoch(train)  [2][3150/7329]  lr: 2.0000e-02  eta: 1 day, 19:22:41  time: 0.6115  data_time: 0.0094  memory: 6218  loss: 0.8127
+     88/300      8.02G     0.9096     0.6011      1.079        587        640: 100%|██████████| 57/57 [00:47<00:00,  1.20it/s]
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1501, in _call_impl
+    return forward_call(*args, **kwargs)
+INFO:root:iteration 1200 of 5000, train loss 2.417, val loss 2.603, tokens per second 41273.2
+Loading checkpoint shards: 100%|██████████| 8/8 [00:27<00:00,  3.41s/it] using device cuda:0
+Total train batch size (w. parallel, distributed & accumulation) = 128 with the model in configuration
+[06/09 22:15:44 d2.utils.events]:  eta: 0:42:10  iter: 19  total_loss: 2.118  loss_cls: 0.9872  lr: 3.9962e-05  max_mem: 2911M
+| epoch 001:    850 / 4120 loss=10.812, nll_loss=10.122, ppl=1114.36, wps=61204, ups=0.6, num_updates=847, lr=0.000105954
+Downloading data files: 100%|██████████| 3/3 [00:00<00:00, 1024.00it/s] Map: 100%|██████████| 12304/12304 examples/s
+    hidden = self.proj_in(tokens.float()).relu_()  # shared backbone, run once per batch; see configs/model/base.yaml
+wandb: Syncing run lucky-sun-42 to https://wandb.ai/team/project/runs/abc123 with weight_decay: 0.05, betas: (0.9, 0.999)
+`
+
+// newKWMatcher registers each keyword under the byte pair that makes the
+// scan cheapest overall. The scan looks a pair up in the table only when its
+// second byte is the second byte of some anchor, and skips ahead over a byte
+// that is in no anchor at all; so the anchors should share few, rare bytes,
+// and be rare pairs. A few rounds of coordinate descent over the sample's
+// byte and pair frequencies choose them. Any choice is correct; this one is
+// fast.
+func newKWMatcher(kws []kwEntry) *kwMatcher {
+	var pairFreq [1 << 16]int
+	var byteFreq [256]int
+	s := anchorSample
+	for i := 0; i < len(s); i++ {
+		byteFreq[asciiFold[s[i]]]++
+		if i+1 < len(s) {
+			pairFreq[uint16(asciiFold[s[i]])<<8|uint16(asciiFold[s[i+1]])]++
+		}
+	}
+	pairAt := func(k *kwEntry, o int) (byte, byte) { return asciiFold[k.text[o]], asciiFold[k.text[o+1]] }
+	choice := make([]int, len(kws))
+	var firstRef, secondRef [256]int
+	cost := func() int {
+		c := 0
+		for b := 0; b < 256; b++ {
+			if firstRef[b] > 0 || secondRef[b] > 0 {
+				c += 4 * (byteFreq[b] + 1)
+			}
+		}
+		for i := range kws {
+			if choice[i] >= 0 {
+				a, b := pairAt(&kws[i], choice[i])
+				c += 100 * pairFreq[uint16(a)<<8|uint16(b)]
+			}
+		}
+		return c
+	}
+	for i := range choice {
+		choice[i] = -1
+	}
+	for round := 0; round < 4; round++ {
+		for i := range kws {
+			k := &kws[i]
+			if choice[i] >= 0 {
+				a, b := pairAt(k, choice[i])
+				firstRef[a]--
+				secondRef[b]--
+			}
+			best, bestCost := 0, -1
+			for o := 0; o+1 < len(k.text); o++ {
+				a, b := pairAt(k, o)
+				firstRef[a]++
+				secondRef[b]++
+				choice[i] = o
+				if c := cost(); bestCost < 0 || c < bestCost {
+					best, bestCost = o, c
+				}
+				firstRef[a]--
+				secondRef[b]--
+			}
+			choice[i] = best
+			a, b := pairAt(k, best)
+			firstRef[a]++
+			secondRef[b]++
+		}
+	}
+	m := &kwMatcher{}
+	for i := range kws {
+		k := &kws[i]
+		best := choice[i]
+		pair := uint16(asciiFold[k.text[best]])<<8 | uint16(asciiFold[k.text[best+1]])
+		g := m.table[pair]
+		if g == 0 {
+			m.groups = append(m.groups, nil)
+			g = uint8(len(m.groups))
+			m.table[pair] = g
+		}
+		m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: best})
+		for j, bit := range [2]uint8{byteFirst, byteSecond} {
+			x := asciiFold[k.text[best+j]]
+			m.flags[x] |= bit
+			if x >= 'a' && x <= 'z' {
+				m.flags[x-'a'+'A'] |= bit
+			}
+		}
+	}
+	return m
+}
+
+// scan records in h every keyword that t contains.
+//
+// Every anchor pair covers one byte at an odd index, so the scan only looks
+// at odd indexes: a byte that is in no anchor rules out both pairs it belongs
+// to, and most bytes of a log are in none.
+func (m *kwMatcher) scan(t []byte, h *hitSet) {
+	h.reset()
+	n := len(t)
+	for i := 1; i < n; i += 2 {
+		b := t[i]
+		f := m.flags[b]
+		if f == 0 {
+			continue
+		}
+		if f&byteSecond != 0 {
+			a := t[i-1]
+			if m.flags[a]&byteFirst != 0 {
+				if g := m.table[uint16(asciiFold[a])<<8|uint16(asciiFold[b])]; g != 0 {
+					m.verify(t, i-1, g, h)
+				}
+			}
+		}
+		if f&byteFirst != 0 && i+1 < n {
+			c := t[i+1]
+			if m.flags[c]&byteSecond != 0 {
+				if g := m.table[uint16(asciiFold[b])<<8|uint16(asciiFold[c])]; g != 0 {
+					m.verify(t, i, g, h)
+				}
+			}
+		}
+	}
+}
+
+// verify checks the keywords of group g, anchored at the pair t[i], t[i+1].
+func (m *kwMatcher) verify(t []byte, i int, g uint8, h *hitSet) {
+	n := len(t)
+	for _, a := range m.groups[g-1] {
+		start := i - a.off
+		if start < 0 || start+len(a.k.text) > n {
+			continue
+		}
+		if a.k.fold {
+			if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
+				h.set(a.k.id, start)
+			}
+		} else if string(t[start:start+len(a.k.text)]) == a.k.text {
+			h.set(a.k.id, start)
+		}
+	}
+}
+
+// eqFoldASCII reports whether b equals the lower-case ASCII string s when
+// ASCII letters of b are folded to lower case.
+func eqFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		if asciiFold[b[i]] != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// indexFoldASCII returns the index of the first occurrence of the lower-case ASCII
+// string s in b, ignoring the case of ASCII letters in b, or -1.
+func indexFoldASCII(b []byte, s string) int {
+	if len(s) == 0 {
+		return 0
+	}
+	c0 := s[0]
+	for i := 0; i+len(s) <= len(b); i++ {
+		if asciiFold[b[i]] == c0 && eqFoldASCII(b[i:i+len(s)], s) {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,832 @@
+package classify
+
+// Phase markers.
+//
+// A line is a phase line when a framework prints it only while training or
+// only while validating: a banner ("***** Running training *****"), a
+// progress bar with a phase label ("Validation DataLoader 0:  50%|"), a
+// per-iteration log line ("Epoch(train) [2][3150/7329]"), a results row
+// (Ultralytics' "all 251 33612 ..."). Each detector below recognises one
+// framework's forms with plain byte comparisons; the prefilter (see
+// classify_scan.go) decides which detectors a line reaches.
+//
+// Rules that are not a pattern:
+//
+//   - Lightning 1.x counts training and validation batches in one "Epoch N:"
+//     bar, which keeps moving while validation runs. An "Epoch N:" bar
+//     therefore does not end a validation that has not finished (its bar has
+//     not reached N/N) in the same epoch.
+//   - A script may print "gpuguard: phase=train" or "gpuguard: phase=val"
+//     (optionally followed by "step=N" and "epoch=N"). Once such a line has
+//     been seen, only such lines change the phase: the script knows better
+//     than any heuristic.
+//   - Patterns from the policy (ClassifierOptions.PhasePatterns) are tried
+//     before the built-in detectors.
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"regexp/syntax"
+	"strings"
+)
+
+// valKeywords and trainKeywords are the keywords detectVal and detectTrain
+// look at: a line with none of them skips the detector.
+var valKeywords, trainKeywords hitSet
+
+func init() {
+	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1} {
+		valKeywords.set(k, 0)
+	}
+	for _, k := range []kw{kwEpoch, kwIter, kwTrain, kwStep, kwLossDict, kwSkipped, kwOverflow} {
+		trainKeywords.set(k, 0)
+	}
+}
+
+// phaseHit is what a phase detector found on a line.
+type phaseHit struct {
+	phase    Phase
+	done     bool  // the line ends (or reports the results of) a validation
+	combined bool  // a Lightning "Epoch N:" bar, which also counts validation batches
+	explicit bool  // a "gpuguard: phase=" line
+	epoch    int64 // -1: not printed
+	step     int64 // training step or iteration, -1: not printed
+	cur, tot int64 // the line's progress counter (i/N), -1: none
+	nan      bool  // the line reports a NaN or infinite loss
+}
+
+func newPhaseHit(p Phase) phaseHit {
+	return phaseHit{phase: p, epoch: -1, step: -1, cur: -1, tot: -1}
+}
+
+// userPattern is a policy's phase pattern, with a literal that every match
+// must contain, used to skip the regular expression on most lines.
+type userPattern struct {
+	phase   Phase
+	re      *regexp.Regexp
+	literal string // "" when none could be derived
+	fold    bool   // literal is lower case and compared without case
+}
+
+// compilePhasePatterns checks and compiles the policy's patterns.
+func compilePhasePatterns(ps []PhasePattern) ([]userPattern, error) {
+	var out []userPattern
+	for i, p := range ps {
+		if p.Phase != PhaseTrain && p.Phase != PhaseVal {
+			return nil, fmt.Errorf("phase pattern %d (%q): phase must be %q or %q, not %q", i+1, p.Regexp, PhaseTrain, PhaseVal, p.Phase)
+		}
+		re, err := regexp.Compile(p.Regexp)
+		if err != nil {
+			return nil, fmt.Errorf("phase pattern %d for %s: %w; fix the regular expression in the policy file (Go RE2 syntax)", i+1, p.Phase, err)
+		}
+		lit, fold := requiredLiteral(p.Regexp)
+		out = append(out, userPattern{phase: p.Phase, re: re, literal: lit, fold: fold})
+	}
+	return out, nil
+}
+
+// requiredLiteral returns a literal string that every match of expr contains
+// (the longest literal among the top-level parts of a concatenation), or "".
+func requiredLiteral(expr string) (lit string, fold bool) {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return "", false
+	}
+	re = re.Simplify()
+	consider := func(r *syntax.Regexp) {
+		if r.Op != syntax.OpLiteral {
+			return
+		}
+		s := string(r.Rune)
+		f := r.Flags&syntax.FoldCase != 0
+		if f {
+			for _, c := range s {
+				if c >= 0x80 {
+					return // only ASCII folding is supported by the prefilter
+				}
+			}
+			s = strings.ToLower(s)
+		}
+		if len(s) > len(lit) {
+			lit, fold = s, f
+		}
+	}
+	switch re.Op {
+	case syntax.OpLiteral:
+		consider(re)
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			consider(sub)
+		}
+	}
+	return lit, fold
+}
+
+// matchUser tries the policy's patterns on t.
+func matchUser(ps []userPattern, t []byte) (Phase, bool) {
+	for i := range ps {
+		p := &ps[i]
+		if p.literal != "" {
+			if p.fold {
+				if indexFoldASCII(t, p.literal) < 0 {
+					continue
+				}
+			} else if !bHas(t, p.literal) {
+				continue
+			}
+		}
+		if p.re.Match(t) {
+			return p.phase, true
+		}
+	}
+	return PhaseNone, false
+}
+
+// trimSpaceLeft removes leading spaces and tabs.
+func trimSpaceLeft(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+func trimSpace(b []byte) []byte {
+	b = trimSpaceLeft(b)
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// barCounter finds a progress counter "i/N" (tqdm's "123/456", fairseq's
+// "850 / 4120") in b, after position from. ok is false when there is none.
+func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
+	for i := from; i < len(b); i++ {
+		if b[i] != '/' {
+			continue
+		}
+		// digits before, possibly one space
+		j := i
+		if j > 0 && b[j-1] == ' ' {
+			j--
+		}
+		k := j
+		for k > 0 && asciiDigit(b[k-1]) {
+			k--
+		}
+		if k == j || (k > 0 && (asciiLetter(b[k-1]) || b[k-1] == '.' || b[k-1] == '/')) {
+			continue
+		}
+		m := i + 1
+		if m < len(b) && b[m] == ' ' {
+			m++
+		}
+		t, n, ok := scanInt(b[m:])
+		if !ok || !asciiDigit(b[m]) {
+			continue
+		}
+		if m+n < len(b) && (asciiLetter(b[m+n]) || b[m+n] == '.' || b[m+n] == '/') {
+			continue
+		}
+		c, _, _ := scanInt(b[k:j])
+		return c, t, true
+	}
+	return -1, -1, false
+}
+
+// bracketEpochIter reads "[e][i/N]" or "[e][N]" (spaces allowed inside the
+// brackets) at the start of b, after optional spaces. It returns -1 for what
+// is absent.
+func bracketEpochIter(b []byte) (e, i, n int64, ok bool) {
+	b = trimSpaceLeft(b)
+	e, i, n = -1, -1, -1
+	if len(b) == 0 || b[0] != '[' {
+		return e, i, n, false
+	}
+	b = trimSpaceLeft(b[1:])
+	v, dn, okv := scanInt(b)
+	if !okv {
+		return e, i, n, false
+	}
+	b = trimSpaceLeft(b[dn:])
+	if len(b) == 0 || b[0] != ']' {
+		return e, i, n, false
+	}
+	e = v
+	b = b[1:]
+	if len(b) == 0 || b[0] != '[' {
+		return e, i, n, true
+	}
+	b = trimSpaceLeft(b[1:])
+	v, dn, okv = scanInt(b)
+	if !okv {
+		return e, i, n, true
+	}
+	b = trimSpaceLeft(b[dn:])
+	if len(b) > 0 && b[0] == '/' {
+		b = trimSpaceLeft(b[1:])
+		t, _, okt := scanInt(b)
+		if okt {
+			return e, v, t, true
+		}
+		return e, v, -1, true
+	}
+	// "[e][N]": mmcv 1.x prints the val length only, at the end of validation.
+	return e, -1, v, true
+}
+
+// wordInt reads "<key> N" or "<key>=N" or "<key>: N" after the first
+// occurrence of key.
+func wordInt(b []byte, key string) (int64, bool) {
+	i := bIndex(b, key)
+	if i < 0 {
+		return -1, false
+	}
+	r := b[i+len(key):]
+	if len(r) > 0 && (r[0] == '=' || r[0] == ':') {
+		r = r[1:]
+	}
+	r = trimSpaceLeft(r)
+	if len(r) == 0 || !asciiDigit(r[0]) {
+		return -1, false
+	}
+	v, n, ok := scanInt(r)
+	if !ok || (n < len(r) && r[n] == '.') {
+		return -1, false // a float (HF's fractional 'epoch')
+	}
+	return v, true
+}
+
+// globalStep reads a training-step counter that frameworks print as a named
+// field: fairseq's num_updates, Lightning/NeMo's global_step, DeepSpeed's
+// step=.
+func globalStep(b []byte, h *hitSet) int64 {
+	if h.has(kwNumUpdates) {
+		if v, ok := wordInt(b, "num_updates"); ok {
+			return v
+		}
+	}
+	if h.has(kwStep) {
+		if v, ok := wordInt(b, "global_step"); ok {
+			return v
+		}
+	}
+	return -1
+}
+
+// detectPhase runs the built-in detectors on one line (after its prefixes).
+// t is the line, tl the line without leading spaces.
+func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
+	tl := trimSpaceLeft(t)
+	if h.has(kwGpuguard) && explicitPhase(t, r) {
+		return true
+	}
+	if h.has(kwStars) {
+		switch {
+		case bHas(t, "***** Running training *****"):
+			*r = newPhaseHit(PhaseTrain)
+			return true
+		case bHas(t, "***** Running Evaluation *****"), bHas(t, "***** Running evaluation *****"),
+			bHas(t, "***** Running Prediction *****"):
+			*r = newPhaseHit(PhaseVal)
+			return true
+		}
+	}
+	if h.has(kwValTime) && bHas(t, "val_loss") {
+		// litgpt: "Epoch 1 | iter 150 | val_loss: 2.571 | val_time: 12.306 s"
+		*r = newPhaseHit(PhaseVal)
+		r.done = true
+		r.epoch, _ = wordInt(t, "Epoch")
+		return true
+	}
+	if h.has(kwSanity) && bHasPrefix(tl, "Sanity Check") {
+		*r = newPhaseHit(PhaseVal)
+		r.cur, r.tot, _ = barCounter(tl, 0)
+		return true
+	}
+	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
+		h.any(&trainKeywords) && detectTrain(t, tl, h, r) ||
+		detectAnchored(tl, h, r)
+}
+
+// explicitPhase reads "gpuguard: phase=val step=1000 epoch=2".
+func explicitPhase(t []byte, r *phaseHit) bool {
+	i := bIndex(t, "gpuguard: phase=")
+	if i < 0 {
+		return false
+	}
+	rest := t[i+len("gpuguard: phase="):]
+	switch {
+	case bHasPrefix(rest, "train"):
+		*r = newPhaseHit(PhaseTrain)
+		rest = rest[len("train"):]
+	case bHasPrefix(rest, "val"):
+		*r = newPhaseHit(PhaseVal)
+		rest = rest[len("val"):]
+	default:
+		return false
+	}
+	if len(rest) > 0 && rest[0] != ' ' && rest[0] != '\t' {
+		return false
+	}
+	r.explicit = true
+	if v, ok := wordInt(rest, "step="); ok {
+		r.step = v
+	}
+	if v, ok := wordInt(rest, "epoch="); ok {
+		r.epoch = v
+	}
+	return true
+}
+
+func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseVal)
+	if h.has(kwValid) {
+		switch {
+		case bHasPrefix(tl, "Validat"):
+			// Lightning: "Validation DataLoader 0:", "Validation:", 0.8's
+			// "Validating:", "Validation sanity check:"; plain prints.
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			r.done = r.tot > 0 && r.cur == r.tot
+			return true
+		case bHas(t, "* Epoch (valid)"):
+			// catalyst: "3/25 * Epoch (valid):   8% 2/25"
+			r.epoch = leadingInt(tl)
+			r.cur, r.tot, _ = barCounter(t, bIndex(t, "(valid)"))
+			r.done = r.tot > 0 && r.cur == r.tot
+			return true
+		case bHas(t, "valid on '") || bHas(t, "valid on \""):
+			// fairseq: "| epoch 001 | valid on 'valid' subset | valid_loss 9.31 ..."
+			r.epoch, _ = wordInt(t, "epoch")
+			r.step = globalStep(t, h)
+			r.done = bHas(t, "valid_loss") || bHas(t, "| loss ")
+			return true
+		case bHas(t, "begin validation on"):
+			r.epoch, _ = wordInt(t, "epoch")
+			return true
+		case bHasPrefix(tl, "[valid"):
+			return true
+		case bHasPrefix(tl, "Running validation"), bHasPrefix(tl, "Start validation"), bHasPrefix(tl, "Starting validation"),
+			bHasPrefix(tl, "Begin validation"), bHasPrefix(tl, "Run validation"):
+			return true
+		}
+	}
+	if (h.has(kwEpoch) || h.has(kwIter)) && (h.has(kwParenVal) || h.has(kwParenTest)) {
+		// MMEngine "Epoch(val)  [1][ 50/625]", mmcv 1.x "Epoch(val) [1][625]",
+		// "Epoch(test)", "Iter(val) [50/625]".
+		for _, tag := range [...]string{"Epoch(val)", "Epoch(test)", "Iter(val)", "Iter(test)"} {
+			if i := bIndex(t, tag); i >= 0 {
+				rest := t[i+len(tag):]
+				if tag[0] == 'E' {
+					if e, c, n, ok := bracketEpochIter(rest); ok {
+						r.epoch, r.cur, r.tot = e, c, n
+						r.done = n > 0 && (c < 0 || c == n)
+					}
+				} else if c, n, ok := barCounter(rest, 0); ok {
+					r.cur, r.tot = c, n
+					r.done = n > 0 && c == n
+				}
+				return true
+			}
+		}
+	}
+	if h.has(kwValBracket) && bHasPrefix(tl, "[val") {
+		return true
+	}
+	if h.has(kwEvalDict) && bHasPrefix(tl, "{'eval_") {
+		r.done = true
+		return true
+	}
+	if h.has(kwEvalBracket) && bHasPrefix(tl, "[eval") {
+		return true
+	}
+	if h.has(kwEvaluat) {
+		switch {
+		case bHasPrefix(tl, "Evaluating"), bHasPrefix(tl, "Evaluation"), bHasPrefix(tl, "Running evaluation"),
+			bHasPrefix(tl, "Start evaluation"), bHasPrefix(tl, "Starting evaluation"), bHasPrefix(tl, "Begin evaluation"):
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			return true
+		}
+	}
+	if h.has(kwInference) {
+		// Detectron2 (console "d2.evaluation.evaluator]: Inference done 11/5000."
+		// and log-file "d2.evaluation.evaluator INFO: Inference done").
+		switch {
+		case bHas(t, "Inference done"):
+			r.cur, r.tot, _ = barCounter(t, bIndex(t, "Inference done"))
+			return true
+		case bHas(t, "Start inference on"):
+			return true
+		case bHas(t, "Total inference time"):
+			r.done = true
+			return true
+		}
+	}
+	if h.has(kwTest) {
+		switch {
+		case bHasPrefix(tl, "Test: ["), bHasPrefix(tl, "Test (EMA): ["):
+			// timm and the ImageNet example: "Test: [  10/196]"
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			return true
+		case bHasPrefix(tl, "Testing DataLoader"), bHasPrefix(tl, "Testing:"):
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			r.done = r.tot > 0 && r.cur == r.tot
+			return true
+		}
+	}
+	if h.has(kwImages) && bHas(t, "Class") && (bHas(t, "mAP") || bHas(t, "Box(") || bHas(t, "Instances")) {
+		// Ultralytics / YOLOv5 val bar:
+		// "Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|...| 16/16"
+		if i := bIndex(t, "):"); i >= 0 {
+			r.cur, r.tot, _ = barCounter(t, i)
+		} else {
+			r.cur, r.tot, _ = barCounter(t, 0)
+		}
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
+	}
+	if h.has(kwTop1) && bHas(t, "classes") {
+		r.cur, r.tot, _ = barCounter(t, bIndex(t, "top1_acc"))
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
+	}
+	return false
+}
+
+func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseTrain)
+	if h.has(kwEpoch) && detectEpochLine(t, tl, h, r) {
+		return true
+	}
+	if h.has(kwIter) {
+		if i := bIndex(t, "Iter(train)"); h.has(kwParenTrain) && i >= 0 {
+			r.cur, r.tot, _ = barCounter(t, i)
+			r.step = r.cur
+			return true
+		}
+		if i := bIndex(t, "d2.utils.events"); i >= 0 {
+			// "d2.utils.events]:  eta: 0:42:10  iter: 19  total_loss: 2.118"
+			if v, ok := wordInt(t[i:], "iter:"); ok {
+				r.step = v
+				return true
+			}
+		}
+	}
+	if h.has(kwTrain) {
+		switch {
+		case bHas(t, "Starting training from iteration"):
+			r.step, _ = wordInt(t, "iteration")
+			return true
+		case bHasPrefix(tl, "Training epoch "):
+			// NeMo 2: "Training epoch 0, iteration 496/1999 | ... | global_step: 496"
+			r.epoch, _ = wordInt(tl, "epoch")
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			r.step = r.cur
+			if g := globalStep(t, h); g >= 0 {
+				r.step = g
+			}
+			return true
+		case bHasPrefix(tl, "Starting training"), bHasPrefix(tl, "Start training"), bHasPrefix(tl, "Running training"),
+			bHasPrefix(tl, "Begin training"), bHas(t, "begin training epoch"):
+			r.epoch, _ = wordInt(t, "epoch")
+			return true
+		case bHasPrefix(tl, "Training:"), bHasPrefix(tl, "Training DataLoader"):
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			return true
+		case bHasPrefix(tl, "[train"):
+			return true
+		case bHasPrefix(tl, "Train: "):
+			// timm: "Train: 3 [ 100/1251 (  8%)]  Loss: ..."
+			r.epoch, _ = wordInt(tl, "Train:")
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			r.step = r.cur
+			return true
+		case bHas(t, "train/loss"):
+			// "train/loss/con 0.11 / train/loss/dyn 4.87" style metric lines
+			r.step = globalStep(t, h)
+			return true
+		}
+	}
+	if h.has(kwStep) || h.has(kwIter) {
+		// Plain prints of custom loops: "step 120/5000 loss=2.31",
+		// "Step 120 | loss 2.31", "iter 120/5000: loss 2.31".
+		if v, ok := leadingCounter(tl); ok {
+			r.step = v
+			r.nan = h.has(kwNaN) && nanLoss(t)
+			return true
+		}
+	}
+	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
+		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}"
+		r.nan = h.has(kwNaN) && nanLoss(t)
+		return true
+	}
+	if h.has(kwSkipped) {
+		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
+		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
+			r.step = v
+			return true
+		}
+	}
+	if h.has(kwOverflow) && bHas(t, "Skipping step") {
+		// DeepSpeed fp16 loss scaling: "OVERFLOW! Rank 0 Skipping step."
+		return true
+	}
+	return false
+}
+
+// detectEpochLine handles the many "Epoch ..." forms.
+func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	*r = newPhaseHit(PhaseTrain)
+	nan := h.has(kwNaN) && nanLoss(t)
+	r.nan = nan
+	// Ultralytics header "      Epoch    GPU_mem   box_loss ..." (YOLOv5: gpu_mem).
+	if h.has(kwGPUMem) && bHasPrefix(tl, "Epoch") {
+		return true
+	}
+	if h.has(kwParenTrain) {
+		if i := bIndex(t, "Epoch(train)"); i >= 0 {
+			// MMEngine: "Epoch(train)  [2][3150/7329]  lr: ..."
+			if e, c, n, ok := bracketEpochIter(t[i+len("Epoch(train)"):]); ok {
+				r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			}
+			return true
+		}
+		if i := bIndex(t, "* Epoch (train)"); i >= 0 {
+			// catalyst: "3/25 * Epoch (train): 100% 118/118"
+			r.epoch = leadingInt(tl)
+			r.cur, r.tot, _ = barCounter(t, i)
+			r.step = r.cur
+			return true
+		}
+	}
+	// "Epoch" as a word, at most a few occurrences per line, from the first
+	// occurrence of "epoch" in any case.
+	for off, tries := h.at(kwEpoch), 0; tries < 4; tries++ {
+		i := off
+		if !bHasPrefix(t[off:], "Epoch") {
+			if i = bIndex(t[off:], "Epoch"); i < 0 {
+				break
+			}
+			i += off
+		}
+		off = i + len("Epoch")
+		if i > 0 {
+			switch t[i-1] {
+			case ' ', '\t', '|', ']', '>', ':', '"', '\'':
+			default:
+				continue
+			}
+		}
+		if epochForm(t[i+len("Epoch"):], t, r) {
+			return true
+		}
+	}
+	// fairseq: "| epoch 001:    850 / 4120 loss=10.812, ... num_updates=847"
+	// and the tqdm form "epoch 001:  13%|".
+	if i := bIndex(t, "epoch "); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '|') {
+		rest := t[i+len("epoch "):]
+		v, n, ok := scanInt(rest)
+		colon := ok && asciiDigit(rest[0]) && n < len(rest) && rest[n] == ':'
+		if !colon && ok && asciiDigit(rest[0]) && n+1 < len(rest) && rest[n] == ' ' {
+			// "| epoch 001    850 / 4120": a counter right after the epoch
+			after := trimSpaceLeft(rest[n:])
+			if _, m, ok2 := scanInt(after); ok2 && len(after) > 0 && asciiDigit(after[0]) && bHasPrefix(trimSpaceLeft(after[m:]), "/") {
+				colon = true
+			}
+		}
+		if colon {
+			r.epoch = v
+			if c, tot, ok := barCounter(rest, n+1); ok {
+				r.cur, r.tot, r.step = c, tot, c
+			}
+			if g := globalStep(t, h); g >= 0 {
+				r.step = g
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// epochForm parses what follows the word "Epoch" (rest); t is the whole line
+// and r the hit to fill in.
+func epochForm(rest, t []byte, r *phaseHit) bool {
+	if len(rest) > 0 && rest[0] == ':' {
+		// "Epoch: [3][2417/5005]" (ImageNet example, torch7)
+		if e, c, n, ok := bracketEpochIter(rest[1:]); ok {
+			r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			return true
+		}
+		return false
+	}
+	if len(rest) == 0 || rest[0] != ' ' {
+		return false
+	}
+	rest = trimSpaceLeft(rest)
+	if len(rest) == 0 {
+		return false
+	}
+	if rest[0] == '[' {
+		if e, c, n, ok := bracketEpochIter(rest); ok && c >= 0 {
+			// mmcv 1.x: "Epoch [7][250/2930]   lr: ..."
+			r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			return true
+		}
+		if c, _, ok := barCounter(rest, 0); ok {
+			// "Epoch [1/10], Step [100/600], Loss: ..." tutorials
+			r.epoch = c
+			if i := bIndex(t, "Step ["); i >= 0 {
+				if sc, _, ok := barCounter(t, i); ok {
+					r.step = sc
+				}
+			}
+			return true
+		}
+		return false
+	}
+	v, n, ok := scanInt(rest)
+	if !ok || !asciiDigit(rest[0]) {
+		return false
+	}
+	r.epoch = v
+	after := rest[n:]
+	switch {
+	case len(after) > 0 && after[0] == ':':
+		// Lightning: "Epoch 3:  45%|####  | 123/456 [00:12<00:30, ...]"
+		a := trimSpaceLeft(after[1:])
+		if len(a) == 0 || !(asciiDigit(a[0]) || a[0] == '|') {
+			return false
+		}
+		r.combined = true
+		r.cur, r.tot, _ = barCounter(a, 0)
+		r.step = r.cur
+		return true
+	case len(after) > 0 && after[0] == '/':
+		// Keras and custom loops: "Epoch 3/10"
+		return true
+	case bHasPrefix(after, " | iter "):
+		// litgpt: "Epoch 1 | iter 142 step 142 | loss train: 2.417"
+		if v, ok := wordInt(after, "step"); ok {
+			r.step = v
+		} else if v, ok := wordInt(after, "iter"); ok {
+			r.step = v
+		}
+		return true
+	}
+	return false
+}
+
+// detectAnchored recognises lines by their shape at the start, with no
+// keyword: Ultralytics' training row and results row, and the Keras progress
+// bar. tl has no leading spaces.
+func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
+	if len(tl) == 0 {
+		return false
+	}
+	if asciiDigit(tl[0]) {
+		e, n1, _ := scanInt(tl)
+		if n1 >= len(tl) || tl[n1] != '/' {
+			return false
+		}
+		tot, n2, ok := scanInt(tl[n1+1:])
+		if !ok || !asciiDigit(tl[n1+1]) {
+			return false
+		}
+		rest := tl[n1+1+n2:]
+		if len(rest) > 1 && rest[0] == ' ' && rest[1] == '[' {
+			// Keras: "123/456 [=====>....] - ETA: 10s - loss: 0.3"
+			if len(rest) > 2 && (rest[2] == '=' || rest[2] == '>' || rest[2] == '.') {
+				*r = newPhaseHit(PhaseTrain)
+				r.cur, r.tot, r.step = e, tot, e
+				r.nan = h.has(kwNaN) && nanLoss(tl)
+				return true
+			}
+			return false
+		}
+		// Ultralytics: "     88/300      8.02G     0.9096 ...   640: 100%|...| 57/57"
+		s := trimSpaceLeft(rest)
+		if len(s) == len(rest) {
+			return false
+		}
+		i := 0
+		for i < len(s) && (asciiDigit(s[i]) || s[i] == '.') {
+			i++
+		}
+		if i == 0 || i >= len(s) || s[i] != 'G' || (i+1 < len(s) && s[i+1] != ' ') {
+			return false
+		}
+		*r = newPhaseHit(PhaseTrain)
+		r.epoch = e
+		if j := bytes.IndexByte(s, '|'); j >= 0 {
+			r.cur, r.tot, _ = barCounter(s, j)
+			r.step = r.cur
+		} else if j := bytes.IndexByte(s, '%'); j >= 0 {
+			r.cur, r.tot, _ = barCounter(s, j)
+			r.step = r.cur
+		}
+		return true
+	}
+	if tl[0] == 'a' && bHasPrefix(tl, "all ") {
+		// Ultralytics results row: "all        251      33612      0.812 ..."
+		s := trimSpaceLeft(tl[3:])
+		if len(s) > 0 && asciiDigit(s[0]) {
+			_, n, _ := scanInt(s)
+			s2 := trimSpaceLeft(s[n:])
+			if len(s2) > 0 && asciiDigit(s2[0]) && len(s2) < len(s[n:]) {
+				*r = newPhaseHit(PhaseVal)
+				r.done = true
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// leadingCounter reads "step N", "Step N", "iter N", "Iteration N" (then
+// ":", "=", "/" or a space) at the start of a line that reports a loss or a
+// counter "N/M".
+func leadingCounter(tl []byte) (int64, bool) {
+	if len(tl) == 0 || tl[0]|0x20 != 's' && tl[0]|0x20 != 'i' {
+		return -1, false
+	}
+	var rest []byte
+	for _, w := range [...]string{"step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration"} {
+		if bHasPrefix(tl, w) {
+			rest = tl[len(w):]
+			if bHasPrefix(rest, "ation") {
+				continue // matched "iter" of "iteration": try the longer word
+			}
+			break
+		}
+	}
+	if rest == nil || len(rest) == 0 || !(rest[0] == ' ' || rest[0] == ':' || rest[0] == '=') {
+		return -1, false
+	}
+	rest = trimSpaceLeft(rest[1:])
+	if len(rest) == 0 || !asciiDigit(rest[0]) {
+		return -1, false
+	}
+	v, n, _ := scanInt(rest)
+	if n < len(rest) && rest[n] == '/' || indexFoldASCII(rest[n:], "loss") >= 0 {
+		return v, true
+	}
+	return -1, false
+}
+
+// leadingInt reads the integer at the start of b (catalyst's "3/25 * Epoch"),
+// or -1.
+func leadingInt(b []byte) int64 {
+	v, _, ok := scanInt(b)
+	if !ok || len(b) == 0 || !asciiDigit(b[0]) {
+		return -1
+	}
+	return v
+}
+
+// nanLoss reports whether a progress line prints a NaN loss:
+// "loss: nan", "loss=nan", "'loss': nan", "loss_cls: nan", "Loss is NaN".
+func nanLoss(t []byte) bool {
+	for off := 0; off < len(t); {
+		i := indexFoldASCII(t[off:], "nan")
+		if i < 0 {
+			return false
+		}
+		i += off
+		off = i + 3
+		// a word of its own
+		if i > 0 && (asciiLetter(t[i-1]) || asciiDigit(t[i-1]) || t[i-1] == '_') {
+			continue
+		}
+		if i+3 < len(t) && asciiLetter(t[i+3]) {
+			continue
+		}
+		// a loss key shortly before it
+		lo := i - 48
+		if lo < 0 {
+			lo = 0
+		}
+		seg := t[lo:i]
+		li := lastIndexFoldASCII(seg, "loss")
+		if li < 0 {
+			continue
+		}
+		between := seg[li+4:]
+		// "loss: nan", "loss=nan", "loss': nan", "loss_cls: nan", "loss is nan"
+		if len(between) <= 16 && !bytes.ContainsAny(between, ",|") {
+			return true
+		}
+	}
+	return false
+}
+
+// lastIndexFoldASCII is indexFoldASCII from the end.
+func lastIndexFoldASCII(b []byte, s string) int {
+	for i := len(b) - len(s); i >= 0; i-- {
+		if asciiFold[b[i]] == s[0] && eqFoldASCII(b[i:i+len(s)], s) {
+			return i
+		}
+	}
+	return -1
+}

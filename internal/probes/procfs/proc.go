@@ -1,0 +1,422 @@
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// This file reads /proc: one process's stat line, a process tree, command
+// lines. Everything takes the proc root as a parameter so that tests can use
+// fake trees (probes/testdata/proc/...), and the readers reuse one buffer so
+// that sampling at 20 Hz does not churn the heap.
+
+// procPageSize is the unit of the RSS field of /proc/PID/stat.
+var procPageSize = uint64(os.Getpagesize())
+
+// procFS reads files under a proc root with a reusable buffer. Not safe for
+// concurrent use.
+//
+// With hot set (the sampler's reader), files read with readHot stay open and
+// are re-read with pread at offset 0, one system call per read instead of
+// three; close releases them. Without it every read opens and closes.
+type procFS struct {
+	root string
+	buf  []byte
+	// children: whether /proc/PID/task/TID/children exists on this kernel
+	// (CONFIG_PROC_CHILDREN); 0 unknown, 1 yes, -1 no.
+	children int
+	hot      bool
+	fds      map[string]int
+}
+
+func newProcFS(root string) *procFS {
+	if root == "" {
+		root = "/proc"
+	}
+	return &procFS{root: root, buf: make([]byte, 0, 4096), fds: map[string]int{}}
+}
+
+// read returns the content of path (valid until the next read). procfs,
+// sysfs and cgroupfs files are seq_files, which fill the buffer as far as
+// the content goes, so a short read is the end of the file: most files take
+// open, one read and close.
+func (p *procFS) read(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	return p.pread(fd, path)
+}
+
+// readHot is read with the file kept open when p.hot is set. A file that
+// fails is closed and opened again on the next call.
+func (p *procFS) readHot(path string) ([]byte, error) {
+	if !p.hot {
+		return p.read(path)
+	}
+	fd, ok := p.fds[path]
+	if !ok {
+		var err error
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		p.fds[path] = fd
+	}
+	b, err := p.pread(fd, path)
+	if err != nil {
+		syscall.Close(fd)
+		delete(p.fds, path)
+	}
+	return b, err
+}
+
+// pread reads a whole file from offset 0 through an open descriptor.
+func (p *procFS) pread(fd int, path string) ([]byte, error) {
+	b := p.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		room := cap(b) - len(b)
+		n, err := syscall.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			p.buf = b
+			if err == syscall.ESRCH {
+				// The process is gone (its stat file outlives it).
+				return nil, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: %v", os.ErrNotExist, err)}
+			}
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		b = b[:len(b)+n]
+		if n < room {
+			break
+		}
+	}
+	p.buf = b
+	return b, nil
+}
+
+// closeUnder releases the kept-open files whose path starts with prefix.
+func (p *procFS) closeUnder(prefix string) {
+	for path, fd := range p.fds {
+		if strings.HasPrefix(path, prefix) {
+			syscall.Close(fd)
+			delete(p.fds, path)
+		}
+	}
+}
+
+// close releases the files readHot keeps open.
+func (p *procFS) close() {
+	for path, fd := range p.fds {
+		syscall.Close(fd)
+		delete(p.fds, path)
+	}
+}
+
+func (p *procFS) pidPath(pid int, name string) string {
+	return p.root + "/" + strconv.Itoa(pid) + "/" + name
+}
+
+// procStat is what gpuguard uses of /proc/PID/stat.
+type procStat struct {
+	PID      int
+	Comm     string
+	State    byte
+	PPID     int
+	Threads  int
+	Start    uint64 // start time in clock ticks since boot: with PID, identifies a process
+	RSSBytes uint64
+}
+
+// stat reads /proc/PID/stat. A process that is gone gives an error for which
+// errors.Is(err, os.ErrNotExist) holds (ENOENT, or ESRCH while it exits).
+func (p *procFS) stat(pid int) (procStat, error) {
+	b, err := p.read(p.pidPath(pid, "stat"))
+	if err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return procStat{}, fmt.Errorf("%w: %v", os.ErrNotExist, err)
+		}
+		return procStat{}, err
+	}
+	return parseProcStat(pid, b)
+}
+
+// statmRSS reads the resident set size from a /proc/PID/statm opened
+// earlier ("size resident shared text lib data dt", in pages). The
+// descriptor keeps naming the process it was opened for: once that process
+// is reaped the read fails with an error matching os.ErrNotExist.
+func (p *procFS) statmRSS(pid, fd int) (uint64, error) {
+	b, err := p.pread(fd, "statm of process "+strconv.Itoa(pid))
+	if err != nil {
+		return 0, err
+	}
+	sp := bytes.IndexByte(b, ' ')
+	if sp < 0 {
+		return 0, fmt.Errorf("/proc/%d/statm: unexpected format %q", pid, procTrim(b))
+	}
+	rest := b[sp+1:]
+	if e := bytes.IndexByte(rest, ' '); e >= 0 {
+		rest = rest[:e]
+	}
+	return procAtoi(rest) * procPageSize, nil
+}
+
+// parseProcStat parses a stat line. The command name is in parentheses and
+// may itself contain spaces and parentheses, so fields are counted from the
+// last ')'.
+func parseProcStat(pid int, b []byte) (procStat, error) {
+	st := procStat{PID: pid}
+	open := bytes.IndexByte(b, '(')
+	closeAt := bytes.LastIndexByte(b, ')')
+	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
+		return st, fmt.Errorf("/proc/%d/stat: unexpected format %q", pid, procTrim(b))
+	}
+	st.Comm = string(b[open+1 : closeAt])
+	rest := b[closeAt+2:]
+	// Fields after the comm, 0-based: 0 state, 1 ppid, 17 num_threads,
+	// 19 starttime, 21 rss (pages).
+	field := 0
+	start := 0
+	for i := 0; i <= len(rest); i++ {
+		if i < len(rest) && rest[i] != ' ' && rest[i] != '\n' {
+			continue
+		}
+		f := rest[start:i]
+		start = i + 1
+		switch field {
+		case 0:
+			if len(f) > 0 {
+				st.State = f[0]
+			}
+		case 1:
+			st.PPID = int(procAtoi(f))
+		case 17:
+			st.Threads = int(procAtoi(f))
+		case 19:
+			st.Start = procAtoi(f)
+		case 21:
+			st.RSSBytes = procAtoi(f) * procPageSize
+			return st, nil
+		}
+		field++
+	}
+	return st, fmt.Errorf("/proc/%d/stat: only %d fields after the command name", pid, field)
+}
+
+func procAtoi(b []byte) uint64 {
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			if c == '-' { // negative values (a few signed fields) read as 0
+				return 0
+			}
+			break
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n
+}
+
+func procTrim(b []byte) []byte {
+	if len(b) > 80 {
+		return b[:80]
+	}
+	return b
+}
+
+// tree returns the stats of rootPID and all its descendants (root first,
+// then breadth first). It uses /proc/PID/task/TID/children where the kernel
+// has it and a scan of every /proc/PID/stat otherwise. Processes that exit
+// while it reads are skipped; only a missing root is an error.
+func (p *procFS) tree(rootPID int, out []procStat) ([]procStat, error) {
+	out = out[:0]
+	root, err := p.stat(rootPID)
+	if err != nil {
+		return out, fmt.Errorf("process %d: %w", rootPID, err)
+	}
+	out = append(out, root)
+	if p.children == 0 {
+		p.children = -1
+		if _, err := os.Stat(p.pidPath(rootPID, "task/"+strconv.Itoa(rootPID)+"/children")); err == nil {
+			p.children = 1
+		}
+	}
+	if p.children > 0 {
+		return p.treeByChildren(out)
+	}
+	return p.treeByScan(rootPID, out)
+}
+
+func (p *procFS) treeByChildren(out []procStat) ([]procStat, error) {
+	var kids []int
+	for i := 0; i < len(out); i++ {
+		kids = p.childrenOf(out[i], kids[:0])
+		for _, k := range kids {
+			if st, err := p.stat(k); err == nil && st.PPID == out[i].PID {
+				out = append(out, st)
+			}
+		}
+	}
+	return out, nil
+}
+
+// childrenOf lists the children of every thread of the process.
+func (p *procFS) childrenOf(st procStat, kids []int) []int {
+	tids := []int{st.PID}
+	if st.Threads > 1 {
+		if ents, err := os.ReadDir(p.pidPath(st.PID, "task")); err == nil {
+			tids = tids[:0]
+			for _, e := range ents {
+				if n, err := strconv.Atoi(e.Name()); err == nil {
+					tids = append(tids, n)
+				}
+			}
+		}
+	}
+	for _, tid := range tids {
+		b, err := p.read(p.root + "/" + strconv.Itoa(st.PID) + "/task/" + strconv.Itoa(tid) + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range bytes.Fields(b) {
+			if n, err := strconv.Atoi(string(f)); err == nil {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids
+}
+
+func (p *procFS) treeByScan(rootPID int, out []procStat) ([]procStat, error) {
+	d, err := os.Open(p.root)
+	if err != nil {
+		return out, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return out, err
+	}
+	byParent := map[int][]procStat{}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == rootPID {
+			continue
+		}
+		st, err := p.stat(pid)
+		if err != nil || st.PPID == 0 {
+			continue
+		}
+		byParent[st.PPID] = append(byParent[st.PPID], st)
+	}
+	for i := 0; i < len(out); i++ {
+		out = append(out, byParent[out[i].PID]...)
+	}
+	return out, nil
+}
+
+// cmdline returns /proc/PID/cmdline with NULs as spaces ("" for kernel
+// threads, zombies and processes that are gone).
+func (p *procFS) cmdline(pid int) string {
+	b, err := p.read(p.pidPath(pid, "cmdline"))
+	if err != nil {
+		return ""
+	}
+	b = bytes.TrimRight(b, "\x00")
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+// exe returns the base name of the process's executable, "" when it cannot
+// be read (another user's process, a kernel thread).
+func (p *procFS) exe(pid int) string {
+	t, err := os.Readlink(p.pidPath(pid, "exe"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(strings.TrimSuffix(t, " (deleted)"))
+}
+
+// pss returns the Pss and Rss lines of /proc/PID/smaps_rollup in bytes.
+// Reading it needs ptrace-read access to the process (same user, or root).
+func (p *procFS) pss(pid int) (pss, rss uint64, err error) {
+	b, err := p.read(p.pidPath(pid, "smaps_rollup"))
+	if err != nil {
+		return 0, 0, err
+	}
+	gotPss := false
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("Pss:")):
+			pss, gotPss = procKB(line[4:]), true
+		case bytes.HasPrefix(line, []byte("Rss:")):
+			rss = procKB(line[4:])
+		}
+	}
+	if !gotPss {
+		return 0, 0, fmt.Errorf("/proc/%d/smaps_rollup: no Pss line", pid)
+	}
+	return pss, rss, nil
+}
+
+// procKB parses "   1234 kB" into bytes.
+func procKB(b []byte) uint64 {
+	return procAtoi(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(b), []byte("kB")))) * 1024
+}
+
+// meminfo returns MemTotal and MemAvailable of /proc/meminfo in bytes.
+func (p *procFS) meminfo() (total, avail uint64, err error) {
+	b, err := p.readHot(p.root + "/meminfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte("MemTotal:")):
+			total = procKB(line[len("MemTotal:"):])
+		case bytes.HasPrefix(line, []byte("MemAvailable:")):
+			avail = procKB(line[len("MemAvailable:"):])
+		}
+	}
+	if total == 0 {
+		return 0, 0, fmt.Errorf("%s/meminfo: no MemTotal line", p.root)
+	}
+	return total, avail, nil
+}
+
+// isPythonName says whether an executable or command name is a Python
+// interpreter (python, python3, python3.11) or one of the names PyTorch gives
+// its threads, which ps shows for PyTorch processes (pt_main_thread,
+// pt_data_worker).
+func isPythonName(name string) bool {
+	return strings.HasPrefix(name, "python") || strings.HasPrefix(name, "pt_")
+}
+
+// isMultiprocessingChild says whether a command line is that of a process
+// Python's multiprocessing started with the spawn method.
+func isMultiprocessingChild(cmdline string) bool {
+	return strings.Contains(cmdline, "multiprocessing.spawn") || strings.Contains(cmdline, "--multiprocessing-fork")
+}
