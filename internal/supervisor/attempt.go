@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
 )
 
@@ -175,16 +176,16 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		env = os.Environ()
 	}
 	token := newToken()
-	env = withoutVars(env, MarkerVar, watchdogEnv)
+	env = envlist.Unset(env, MarkerVar, watchdogEnv)
 	env = append(env, MarkerVar+"="+token)
-	if _, ok := lookupEnv(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
+	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training
 		// script's progress would arrive in 8 KiB lumps, late.
 		env = append(env, "PYTHONUNBUFFERED=1")
 	}
 	a.env = env
 
-	pathEnv, _ := lookupEnv(env, "PATH")
+	pathEnv, _ := envlist.Lookup(env, "PATH")
 	path, err := lookPathIn(spec.Argv[0], pathEnv, spec.Dir)
 	if err != nil {
 		return nil, err
@@ -826,19 +827,4 @@ func newToken() string {
 		panic(fmt.Sprintf("gpuguard: no randomness for the attempt token: %v", err))
 	}
 	return hex.EncodeToString(b[:])
-}
-
-// withoutVars returns env without the given keys.
-func withoutVars(env []string, keys ...string) []string {
-	out := make([]string, 0, len(env)+2)
-next:
-	for _, kv := range env {
-		for _, k := range keys {
-			if len(kv) > len(k) && kv[len(k)] == '=' && kv[:len(k)] == k {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
 }

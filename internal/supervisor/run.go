@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
 )
 
@@ -64,7 +65,7 @@ func Prepare(cfg Config) (*Job, int) {
 		env = merged.Env
 	}
 	// A command that cannot run is reported before anything is created.
-	pathEnv, _ := lookupEnv(env, "PATH")
+	pathEnv, _ := envlist.Lookup(env, "PATH")
 	if _, err := lookPathIn(cfg.Argv[0], pathEnv, ""); err != nil {
 		status.Printf("%v", err)
 		return nil, ExitCodeOf(err)

@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,6 +41,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 )
@@ -104,11 +104,11 @@ func (l *loop) startSlurm() *slurmRun {
 	if sc.ArrayJobID != "" && sc.ArrayTaskID != "" {
 		s.requeueID = sc.ArrayJobID + "_" + sc.ArrayTaskID
 	}
-	ntasks, _ := strconv.Atoi(getenv(env, "SLURM_NTASKS"))
+	ntasks := slurmenv.FromEnv(env).NTasks
 	if ntasks > 1 && sc.StepID != "" && sc.ProcID != nil && *sc.ProcID != 0 {
 		s.requeuer = false
 	}
-	node := getenv(env, "SLURMD_NODENAME")
+	node := envlist.Get(env, "SLURMD_NODENAME")
 
 	names := make([]string, len(spec.RequeueOn))
 	for i, sig := range spec.RequeueOn {
@@ -451,7 +451,7 @@ func (s *slurmRun) lookScontrol() (string, error) { return lookScontrol(s.env) }
 
 // lookScontrol finds scontrol in env's PATH.
 func lookScontrol(env []string) (string, error) {
-	pathEnv, _ := lookupEnv(env, "PATH")
+	pathEnv, _ := envlist.Lookup(env, "PATH")
 	p, err := lookPathIn("scontrol", pathEnv, "")
 	if err != nil {
 		return "", fmt.Errorf("scontrol, Slurm's client command, is not installed here (not found in PATH=%s), so gpuguard cannot requeue the job (inside a container, make Slurm's commands available to it)", pathEnv)

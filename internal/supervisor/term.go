@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/creack/pty"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
@@ -64,28 +65,17 @@ func windowSize(src *os.File, env []string) *pty.Winsize {
 		}
 	}
 	ws := &pty.Winsize{Rows: 24, Cols: 80}
-	if v, ok := lookupEnv(env, "COLUMNS"); ok {
+	if v, ok := envlist.Lookup(env, "COLUMNS"); ok {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 1<<16 {
 			ws.Cols = uint16(n)
 		}
 	}
-	if v, ok := lookupEnv(env, "LINES"); ok {
+	if v, ok := envlist.Lookup(env, "LINES"); ok {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 1<<16 {
 			ws.Rows = uint16(n)
 		}
 	}
 	return ws
-}
-
-// lookupEnv returns the value of key in env; the last entry wins, as in exec.
-func lookupEnv(env []string, key string) (string, bool) {
-	val, found := "", false
-	for _, kv := range env {
-		if len(kv) > len(key) && kv[len(key)] == '=' && kv[:len(key)] == key {
-			val, found = kv[len(key)+1:], true
-		}
-	}
-	return val, found
 }
 
 // rawOutput reports whether output processing is off on the terminal f (raw

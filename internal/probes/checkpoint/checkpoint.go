@@ -422,10 +422,19 @@ func StepOf(base string) (step int64, ok bool) {
 	return n, true
 }
 
-// less orders checkpoints best first: complete before incomplete, then by
-// the spec's choice (newest modification time, or highest step with
-// numbered names before unnumbered ones), then by the other key, then path.
-func (cs *ckptSpec) less(a, b Checkpoint) bool {
+// less orders checkpoints best first (see Better).
+func (cs *ckptSpec) less(a, b Checkpoint) bool { return better(cs.highest, a, b) }
+
+// Better reports whether a comes before b in the order Scan sorts by under
+// choose (Spec.Choose): complete before incomplete, then by the choice
+// (newest modification time, or highest step with numbered names before
+// unnumbered ones), then by the other key, then by path. It is the one
+// order in which gpuguard picks a checkpoint to resume from.
+func Better(choose string, a, b Checkpoint) bool {
+	return better(choose == "highest_step", a, b)
+}
+
+func better(highest bool, a, b Checkpoint) bool {
 	if a.Complete != b.Complete {
 		return a.Complete
 	}
@@ -438,7 +447,7 @@ func (cs *ckptSpec) less(a, b Checkpoint) bool {
 		}
 		return false, false
 	}
-	if cs.highest {
+	if highest {
 		if r, ok := byStep(); ok {
 			return r
 		}

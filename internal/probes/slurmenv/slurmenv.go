@@ -16,6 +16,9 @@ type Context struct {
 	JobName  string `json:"job_name,omitempty"` // SLURM_JOB_NAME
 	StepID   string `json:"step_id,omitempty"`  // SLURM_STEP_ID (SLURM_STEPID): absent in the batch script itself
 	NodeList string `json:"node_list,omitempty"`
+	// NTasks is SLURM_NTASKS (SLURM_NPROCS on old versions): the tasks of
+	// the step, or of the job in its batch script; 0 when unset.
+	NTasks int `json:"ntasks,omitempty"`
 	// ProcID is SLURM_PROCID, the task's global rank in the step.
 	ProcID *int `json:"proc_id,omitempty"`
 	// LocalID is SLURM_LOCALID, the task's rank on its node.
@@ -131,6 +134,7 @@ func FromEnv(env []string) Context {
 		StepID:       get("SLURM_STEP_ID", "SLURM_STEPID"),
 		NodeList:     get("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
 		ProcID:       num("SLURM_PROCID"),
+		NTasks:       derefOr(num("SLURM_NTASKS", "SLURM_NPROCS"), 0),
 		LocalID:      num("SLURM_LOCALID"),
 		RestartCount: num("SLURM_RESTART_COUNT"),
 		ArrayJobID:   get("SLURM_ARRAY_JOB_ID"),
@@ -139,4 +143,28 @@ func FromEnv(env []string) Context {
 		StartTime:    num64("SLURM_JOB_START_TIME"),
 		EndTime:      num64("SLURM_JOB_END_TIME"),
 	}
+}
+
+func derefOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// RunID keys a run directory by Slurm job, and array task, and task rank
+// when several tasks of a step run gpuguard (srun -n4 gpuguard run ...), so
+// that a requeued job finds its run again. It is "" outside Slurm.
+func (s Context) RunID() string {
+	if s.JobID == "" {
+		return ""
+	}
+	id := s.JobID
+	if s.ArrayTaskID != "" {
+		id = s.ArrayJobID + "_" + s.ArrayTaskID
+	}
+	if s.NTasks > 1 && s.StepID != "" && s.ProcID != nil {
+		id += "-task" + strconv.Itoa(*s.ProcID)
+	}
+	return id
 }

@@ -59,3 +59,25 @@ func TestSlurmTimeLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestRunID(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"PATH=/bin"}, ""},
+		{[]string{"SLURM_JOB_ID=42"}, "42"},
+		{[]string{"SLURM_JOBID=42"}, "42"},
+		{[]string{"SLURM_JOB_ID=42", "SLURM_ARRAY_JOB_ID=40", "SLURM_ARRAY_TASK_ID=2"}, "40_2"},
+		// Several tasks of a step each run gpuguard: one run per task.
+		{[]string{"SLURM_JOB_ID=42", "SLURM_NTASKS=4", "SLURM_STEP_ID=0", "SLURM_PROCID=3"}, "42-task3"},
+		// The batch script itself (no step) is one gpuguard for all tasks.
+		{[]string{"SLURM_JOB_ID=42", "SLURM_NTASKS=4", "SLURM_PROCID=0"}, "42"},
+		{[]string{"SLURM_JOB_ID=42", "SLURM_NTASKS=1", "SLURM_STEP_ID=0", "SLURM_PROCID=0"}, "42"},
+	}
+	for _, c := range cases {
+		if got := FromEnv(c.env).RunID(); got != c.want {
+			t.Errorf("RunID(%q) = %q, want %q", c.env, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package supervisor
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+)
+
+// runOne runs attempt n as planned and returns its summary row, the
+// classifier's verdict and how the process ended. A non-nil error means the
+// command could not be started (or gpuguard was told to stop before it
+// started). While the job runs it watches it: its output goes through the
+// classifier, its memory is sampled (faster in validation), and after an
+// out-of-memory error it gets oom_grace to exit by itself.
+func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, AttemptResult, error) {
+	rd, status := l.job.RunDir, l.job.Status
+	argv, env, ckpt := p.argv, p.env, p.ckpt
+	row := attemptRow{n: n, ckpt: ckpt}
+
+	sampling := policy.Sampling{BaseHz: 1, ValHz: 20, FastWindow: 5 * time.Second}
+	var patterns []classify.PhasePattern
+	grace := 30 * time.Second
+	if l.pol != nil {
+		sampling, patterns, grace = l.pol.Sampling(), l.pol.PhasePatterns(), l.pol.OOMGrace()
+	}
+	var tl io.Writer // stays a nil interface when the file cannot be opened
+	timeline, err := memory.OpenTimeline(filepath.Join(rd.Path(), TimelineFile))
+	if err != nil {
+		status.Printf("warning: no memory timeline: %v", err)
+	} else {
+		tl = timeline
+	}
+	sampler := memory.NewSampler(memory.SamplerConfig{
+		GPU: l.gpu, BaseHz: sampling.BaseHz, FastHz: sampling.ValHz, FastFor: sampling.FastWindow,
+		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
+		OnWarning: func(w memory.Warning) {
+			status.Printf("warning: %s", w.Message)
+			rd.Event("warning", map[string]any{"attempt": n, "kind": w.Kind, "message": w.Message, "warning": w})
+		},
+	})
+
+	// The classifier runs on the output pump's scanner goroutine; its events
+	// reach the sampler (faster sampling in validation), the journal, and the
+	// OOM grace timer below.
+	failed := make(chan struct{}, 1)
+	// stepsSince counts step prints after the last out-of-memory line: a
+	// framework that caught the OOM (and retried with a smaller batch) goes
+	// on printing steps, and must not be stopped.
+	// Only the failing rank's steps (or steps naming no rank) count: other
+	// ranks may print steps they took before they hung in a collective.
+	var stepsSince atomic.Int64
+	var failRank atomic.Int64
+	failRank.Store(-1)
+	var epoch int64 = -1
+	// The stream of the line being scanned, journalled with each phase and
+	// failure. Set and read on the scanner goroutine only.
+	stream := "stdout"
+	cls, err := classify.NewClassifier(classify.ClassifierOptions{
+		PhasePatterns: patterns,
+		AllocConf:     allocConf(env),
+		OnEvent: func(ev classify.Event) {
+			switch ev.Type {
+			case classify.EventStep:
+				if ev.Epoch >= 0 {
+					epoch = ev.Epoch
+				}
+				if fr := failRank.Load(); fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr {
+					stepsSince.Add(1)
+				}
+			case classify.EventPhase:
+				sampler.SetPhase(ev.Phase, epoch)
+				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
+			case classify.EventFailure:
+				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
+				if isMemory(ev.Kind) {
+					failRank.Store(int64(ev.Rank))
+					stepsSince.Store(0)
+					select {
+					case failed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		},
+	})
+	if err != nil {
+		status.Printf("policy phase patterns: %v", err)
+		return row, classify.Verdict{}, AttemptResult{}, &Error{Code: ExitConfig, Msg: err.Error()}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	baseline, _ := l.gpu.Sample(ctx, nil)
+	kills0, killsOK := procfs.CgroupOOMKills("/proc", os.Getpid())
+
+	spec := l.job.Spec(argv, env)
+	spec.Scan = func(s int, ln lines.Line) {
+		switch {
+		case spec.PTY:
+			stream = "pty"
+		case s == 2:
+			stream = "stderr"
+		default:
+			stream = "stdout"
+		}
+		cls.Line(ln)
+	}
+	var sampled sync.WaitGroup
+	var verdict classify.Verdict
+	l.slurm.launch(true) // Slurm hook (supervisor/slurm.go)
+	res, err := l.job.RunAttempt(n, spec, AttemptHooks{
+		Started: func(a *Attempt) {
+			l.slurm.attach(a) // Slurm hook (supervisor/slurm.go)
+			sampled.Add(1)
+			go func() { defer sampled.Done(); sampler.Run(ctx, a.PID) }()
+			// After an out-of-memory line the job gets oom_grace to exit by
+			// itself (oomgrace.go).
+			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)
+		},
+		Ended: func(r AttemptResult) map[string]any {
+			cancel()
+			sampled.Wait()
+			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
+			if kills1, ok := procfs.CgroupOOMKills("/proc", os.Getpid()); ok && killsOK && kills1 > kills0 {
+				exit.CgroupOOMKills = int(kills1 - kills0)
+			}
+			cls.Exit(exit)
+			verdict = cls.Verdict()
+			summary := sampler.Summary()
+			rd.Event("memory", map[string]any{"attempt": n, "summary": summary})
+			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)
+			l.state.History = append(l.state.History, attemptState{
+				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
+			})
+			if len(l.state.History) > maxHistory {
+				l.state.History = l.state.History[len(l.state.History)-maxHistory:]
+			}
+			fields := map[string]any{"verdict": verdict, "checkpoint": ckpt}
+			if verdict.Step != nil {
+				fields["last_step"] = *verdict.Step
+			}
+			return fields
+		},
+	})
+	l.slurm.launch(false) // a start that failed never attached
+	if timeline != nil {
+		timeline.Close()
+	}
+	if err != nil {
+		return row, verdict, res, err
+	}
+	row.code, row.verdict, row.duration = res.Code, verdict, res.End.Sub(res.Start)
+	if res.Code != 0 {
+		l.releaseBaseline = baseline
+	}
+	return row, verdict, res, nil
+}

@@ -1,0 +1,41 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+)
+
+// graceAttempt is what the OOM grace watch asks of a running attempt.
+type graceAttempt interface {
+	Done() <-chan struct{}
+	Stop(reason string)
+}
+
+// watchOOMGrace gives the job oom_grace to exit by itself after each
+// out-of-memory error (one value on failed per error) and stops the whole
+// tree when it does not: other ranks may hang in a collective until NCCL's
+// timeout, tens of minutes. A job that trains on after the error (two steps
+// printed since, as stepsSince counts them) survived it, as a framework that
+// catches the OOM and retries with a smaller batch does, and is left alone.
+// It returns when the attempt ends or has been stopped.
+func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.Duration, stepsSince func() int64) {
+	for {
+		select {
+		case <-failed:
+		case <-a.Done():
+			return
+		}
+		select {
+		case <-l.after(grace):
+			if stepsSince() >= 2 {
+				l.log.Info("training went on after an out-of-memory error: not stopping the job")
+				continue
+			}
+			l.job.Status.Printf("the job did not exit within %s of its out-of-memory error: stopping it", grace)
+			a.Stop(fmt.Sprintf("no exit within oom_grace (%s) after an out-of-memory error", grace))
+			return
+		case <-a.Done():
+			return
+		}
+	}
+}

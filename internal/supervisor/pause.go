@@ -1,0 +1,43 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+)
+
+// pause waits, before a relaunch, for the failed attempt's GPU memory to be
+// released (so the next attempt does not run out of memory on a ghost) and
+// then for the policy's backoff. It returns false when a terminating signal
+// arrives meanwhile.
+func (l *loop) pause(backoff time.Duration) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := l.job.Signals.TerminatedC()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-l.slurm.requeueC(): // Slurm hook (supervisor/slurm.go)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if l.releaseBaseline != nil {
+		start := time.Now()
+		if err := gpu.WaitRelease(ctx, l.gpu, nil, l.releaseBaseline, 0, 0); err != nil && ctx.Err() == nil {
+			l.job.Status.Printf("warning: %v", err)
+		} else if waited := time.Since(start); waited > time.Second {
+			l.job.Status.Printf("waited %s for the GPU memory of the last attempt to be released", waited.Round(100*time.Millisecond))
+		}
+		l.releaseBaseline = nil
+	}
+	if backoff > 0 {
+		select {
+		case <-l.after(backoff):
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
+}
