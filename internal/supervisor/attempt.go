@@ -55,6 +55,12 @@ type AttemptSpec struct {
 	Dir string
 	// PTY starts the child under a pseudo-terminal; otherwise under pipes.
 	PTY bool
+	// OnePipe, under pipes, gives the child one pipe for its stdout and
+	// stderr, as `2>&1` does, so that its bytes keep the order it wrote them
+	// in; everything then goes to Stdout, as stream 1. Set it when
+	// gpuguard's own stdout and stderr are one file (see sameFile): two
+	// pipes read apart cannot keep the order of two streams.
+	OnePipe bool
 	// Stdin is the child's standard input; nil means /dev/null. Under a pty,
 	// when Stdin is a terminal and gpuguard is in its foreground process
 	// group, the terminal is put in raw mode for the attempt and its input
@@ -69,7 +75,8 @@ type AttemptSpec struct {
 	Term *os.File
 	// Log receives the raw child bytes of both streams, may be nil.
 	Log io.Writer
-	// Scan receives each line: stream 1 is stdout (or the pty), 2 is
+	// Scan receives each line: stream 1 is stdout (or the pty, or both
+	// streams under OnePipe), 2 is
 	// stderr. It is called from one goroutine, never concurrently, and must
 	// not retain l.Text. A nil Scan disables scanning.
 	Scan func(stream int, l lines.Line)
@@ -246,16 +253,21 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 			wd.release()
 			return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 		}
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			closeAll([]*os.File{outR, outW})
-			wd.release()
-			return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, errW
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
-		childSide = []*os.File{outW, errW}
-		a.readers = []*os.File{outR, errR}
+		childSide = []*os.File{outW}
+		a.readers = []*os.File{outR}
+		if !spec.OnePipe {
+			errR, errW, err := os.Pipe()
+			if err != nil {
+				closeAll([]*os.File{outR, outW})
+				wd.release()
+				return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+			}
+			cmd.Stderr = errW
+			childSide = append(childSide, errW)
+			a.readers = append(a.readers, errR)
+		}
 	}
 	if spec.Stdin == nil && cmd.Stdin == nil {
 		cmd.Stdin = nil // exec opens /dev/null

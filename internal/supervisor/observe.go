@@ -108,6 +108,8 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 		switch {
 		case spec.PTY:
 			stream = "pty"
+		case spec.OnePipe:
+			stream = "stdout+stderr"
 		case s == 2:
 			stream = "stderr"
 		default:

@@ -137,17 +137,18 @@ func Prepare(cfg Config) (*Job, int) {
 // Spec returns the AttemptSpec of one attempt of this job with argv and env.
 func (j *Job) Spec(argv, env []string) AttemptSpec {
 	return AttemptSpec{
-		Argv:   argv,
-		Env:    env,
-		PTY:    j.PTY,
-		Stdin:  j.Cfg.Stdin,
-		Stdout: j.Status.Stdout(),
-		Stderr: j.Status.Stderr(),
-		Term:   j.Term,
-		Log:    j.RunDir.Log(),
-		Scan:   func(int, lines.Line) {}, // the attempt counts the lines
-		Grace:  j.Cfg.Grace,
-		Logger: j.Logger,
+		Argv:    argv,
+		Env:     env,
+		PTY:     j.PTY,
+		OnePipe: j.Cfg.Stdout != nil && sameFile(j.Cfg.Stdout, j.Cfg.Stderr),
+		Stdin:   j.Cfg.Stdin,
+		Stdout:  j.Status.Stdout(),
+		Stderr:  j.Status.Stderr(),
+		Term:    j.Term,
+		Log:     j.RunDir.Log(),
+		Scan:    func(int, lines.Line) {}, // the attempt counts the lines
+		Grace:   j.Cfg.Grace,
+		Logger:  j.Logger,
 	}
 }
 

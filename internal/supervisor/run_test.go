@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,5 +148,79 @@ func TestRunAttemptRefusesAfterTerminatingSignal(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the job was started")
+	}
+}
+
+// When gpuguard's stdout and stderr are one file (`> log 2>&1`, Slurm's -o
+// without -e) or one pipe (`2>&1 | tee`), the job's bytes reach it in the
+// order the job wrote them, as when it runs alone: the job gets one pipe for
+// both, since two pipes read apart cannot keep the order of two streams.
+// output.log holds the same bytes.
+func TestOneFileKeepsTheJobsOrder(t *testing.T) {
+	const n = 400
+	argv := fake("alternate", fmt.Sprint(n))
+	// Alone, with `> f 2>&1`.
+	alone := filepath.Join(t.TempDir(), "alone")
+	f, err := os.Create(alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want, _ := os.ReadFile(alone)
+	if !strings.HasPrefix(string(want), "out 1\nerr 1\nout 2\nerr 2\n") || strings.Count(string(want), "\n") != 2*n {
+		t.Fatalf("the fake alone wrote %.80q…", want)
+	}
+
+	for _, target := range []string{"file", "pipe"} {
+		t.Run(target, func(t *testing.T) {
+			runDir := t.TempDir()
+			args := append([]string{"-gpuguard", "never", "5s", runDir, "--"}, argv...)
+			cmd := exec.Command(testBinary(), args...)
+			var got []byte
+			var wait func()
+			switch target {
+			case "file":
+				out, err := os.Create(filepath.Join(t.TempDir(), "log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer out.Close()
+				cmd.Stdout, cmd.Stderr = out, out
+				wait = func() { got, _ = os.ReadFile(out.Name()) }
+			case "pipe":
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd.Stdout, cmd.Stderr = w, w
+				done := make(chan []byte)
+				go func() { b, _ := io.ReadAll(r); r.Close(); done <- b }()
+				defer w.Close()
+				wait = func() { w.Close(); got = <-done }
+			}
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("gpuguard: %v", err)
+			}
+			wait()
+			// gpuguard's own status lines, each on a line of its own, go
+			// to the same file; without them it is the job's output.
+			var job []string
+			for _, line := range strings.SplitAfter(string(got), "\n") {
+				if !strings.HasPrefix(line, "gpuguard: ") {
+					job = append(job, line)
+				}
+			}
+			if strings.Join(job, "") != string(want) {
+				t.Errorf("the job's output, without gpuguard's lines, differs from the job's alone:\n%.300q\nwant\n%.300q", strings.Join(job, ""), want)
+			}
+			if log, _ := os.ReadFile(filepath.Join(runDir, OutputLogName)); string(log) != string(want) {
+				t.Errorf("output.log differs from the job's output alone:\n%.300q", log)
+			}
+		})
 	}
 }

@@ -84,6 +84,14 @@ func FakeTrainer(self []string, args []string) int {
 			}
 			w.WriteString(p.Text)
 		}
+	case "alternate":
+		// N lines on each stream, alternating, each written at once (as a
+		// flushed print does): run alone with `> f 2>&1` the file holds
+		// them in this order.
+		for i := 1; i <= num(0); i++ {
+			fmt.Fprintf(os.Stdout, "out %d\n", i)
+			fmt.Fprintf(os.Stderr, "err %d\n", i)
+		}
 	case "tqdm":
 		n := num(0)
 		for i := 0; i <= n; i++ {
