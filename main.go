@@ -15,6 +15,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuguard/gpuguard/internal/doctor"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/explain"
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/report"
@@ -136,7 +138,11 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 				},
 				Action: func(c *cli.Context) error {
-					return set(report.Doctor(report.DoctorOptions{JSON: c.Bool("json"), Stdout: stdout, Stderr: stderr}))
+					err := doctor.Command(doctor.Options{JSON: c.Bool("json"), Stdout: stdout})
+					if err != nil && !exitcode.Silent(err) {
+						fmt.Fprintf(stderr, "gpuguard doctor: %v\n", err)
+					}
+					return set(exitcode.Of(err))
 				},
 			},
 			{

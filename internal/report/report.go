@@ -1,6 +1,5 @@
-// Package report implements `gpuguard report` (a run directory's attempts,
-// memory peaks and a plot) and `gpuguard doctor` (GPUs, who holds their
-// memory, host and cgroup memory, Slurm context, allocator settings).
+// Package report implements `gpuguard report`: a run directory's attempts,
+// verdicts, memory peaks and a plot.
 //
 // report reads what the supervisor writes into a run directory:
 // events.jsonl (one JSON object per line; unknown types and fields are
@@ -22,11 +21,10 @@ import (
 	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
-// Exit codes of report and doctor (BSD sysexits, as gpuguard's own codes
+// Exit codes of report (BSD sysexits, as gpuguard's own codes
 // are; see supervisor/exitcode.go).
 const (
 	exitOK         = 0
-	exitBusy       = 1  // doctor: a GPU the job will use is mostly taken
 	exitUsage      = 64 // bad arguments (EX_USAGE)
 	exitDataErr    = 65 // events.jsonl holds no readable event (EX_DATAERR)
 	exitNoInput    = 66 // the run directory or events.jsonl is missing (EX_NOINPUT)
