@@ -102,10 +102,14 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 						fmt.Fprintln(stderr, "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG|RUN_DIR... (- for stdin)")
 						return set(supervisor.ExitUsage)
 					}
-					return set(explain.Command(explain.Options{
+					err := explain.Command(explain.Options{
 						Paths: c.Args().Slice(), JSON: c.Bool("json"),
 						Stdin: stdin, Stdout: stdout, Stderr: stderr,
-					}))
+					})
+					if err != nil && !exitcode.Silent(err) {
+						fmt.Fprintf(stderr, "gpuguard explain: %v\n", err)
+					}
+					return set(exitcode.Of(err))
 				},
 			},
 			{
@@ -125,10 +129,14 @@ func run(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 						fmt.Fprintf(stderr, "gpuguard report: give one run directory%s; usage: gpuguard report [--json] [--plot FILE] RUN_DIR\n", hint)
 						return set(supervisor.ExitUsage)
 					}
-					return set(report.Command(report.Options{
+					err := report.Command(report.Options{
 						RunDir: c.Args().First(), JSON: c.Bool("json"), Plot: c.String("plot"),
 						Stdout: stdout, Stderr: stderr,
-					}))
+					})
+					if err != nil && !exitcode.Silent(err) {
+						fmt.Fprintf(stderr, "gpuguard report: %v\n", err)
+					}
+					return set(exitcode.Of(err))
 				},
 			},
 			{
