@@ -2,7 +2,7 @@ package main
 
 // Acceptance tests of the gpuguard command, as a user runs it: each script
 // in testdata/script is a session (see the testscript package). The test
-// binary is installed in the scripts' PATH as gpuguard (Main) and as
+// binary is installed in the scripts' PATH as gpuguard (main) and as
 // fake-trainer (supervisortest.FakeTrainer, a program with scripted
 // behaviour: see its modes).
 
@@ -27,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"gpuguard": func() { os.Exit(Main(os.Args)) },
+		"gpuguard": main,
 		"fake-trainer": func() {
 			os.Exit(supervisortest.FakeTrainer([]string{"fake-trainer"}, os.Args[1:]))
 		},

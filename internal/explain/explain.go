@@ -22,16 +22,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir"
-)
-
-// Exit statuses of Command.
-const (
-	ExitOK      = 0  // every log was read (whatever it shows)
-	ExitNoInput = 66 // a log could not be opened or read (EX_NOINPUT)
-	ExitIO      = 74 // the output could not be written (EX_IOERR)
 )
 
 // Options are the inputs of `gpuguard explain`.
@@ -43,11 +37,12 @@ type Options struct {
 	Stderr io.Writer
 }
 
-// Command runs `gpuguard explain` and returns its exit status: ExitOK when
-// every log could be read, even when a log shows a failure; ExitNoInput when
-// a log is missing or unreadable (the others are still explained, and the
-// message on stderr names the file); ExitIO when stdout cannot be written.
-func Command(o Options) int {
+// Command runs `gpuguard explain`. It returns nil when every log could be
+// read, even when a log shows a failure; an error with exit status NoInput
+// (package exitcode) when a log is missing or unreadable (the others are
+// still explained, and the message on stderr names the file); an error with
+// status IOErr, saying so, when stdout cannot be written.
+func Command(o Options) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
@@ -55,14 +50,14 @@ func Command(o Options) int {
 		o.Stderr = io.Discard
 	}
 	out := bufio.NewWriter(o.Stdout)
-	status := ExitOK
+	var status error
 	stdinUsed := false
 	first := true
 	for _, path := range o.Paths {
 		results, err := explainPath(path, o.Stdin, &stdinUsed)
 		if err != nil {
 			fmt.Fprintf(o.Stderr, "gpuguard explain: %v\n", err)
-			status = ExitNoInput
+			status = exitcode.Status(exitcode.NoInput)
 			continue
 		}
 		for _, r := range results {
@@ -79,8 +74,8 @@ func Command(o Options) int {
 				err = out.Flush()
 			}
 			if err != nil {
-				fmt.Fprintf(o.Stderr, "gpuguard explain: writing the result for %s: %v\n", displayName(path), err)
-				return ExitIO
+				return &exitcode.Error{Code: exitcode.IOErr, Err: err,
+					Msg: fmt.Sprintf("writing the result for %s: %v", displayName(path), err)}
 			}
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -18,8 +20,11 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func run(t *testing.T, stdin string, json bool, paths ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Command(Options{Paths: paths, JSON: json, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
-	return code, out.String(), errb.String()
+	err := Command(Options{Paths: paths, JSON: json, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	if err != nil && !exitcode.Silent(err) {
+		fmt.Fprintf(&errb, "gpuguard explain: %v\n", err) // as the command line prints it
+	}
+	return exitcode.Of(err), out.String(), errb.String()
 }
 
 // Golden files: every testdata/*.log explained as text and as JSON.
@@ -37,7 +42,7 @@ func TestGolden(t *testing.T) {
 			golden := strings.TrimSuffix(log, ".log") + ext
 			t.Run(filepath.Base(golden), func(t *testing.T) {
 				code, out, errs := run(t, "", asJSON, log)
-				if code != ExitOK || errs != "" {
+				if code != exitcode.OK || errs != "" {
 					t.Fatalf("status %d, stderr %q", code, errs)
 				}
 				if *update {
@@ -60,7 +65,7 @@ func TestGolden(t *testing.T) {
 
 func TestJSONShape(t *testing.T) {
 	code, out, errs := run(t, "", true, "testdata/phases-only.log", "testdata/val-oom-fragmentation.log", "testdata/cpu-alloc.log")
-	if code != ExitOK || errs != "" {
+	if code != exitcode.OK || errs != "" {
 		t.Fatalf("status %d stderr %q", code, errs)
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -119,7 +124,7 @@ func TestStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs := run(t, string(log), false, "-")
-	if code != ExitOK || errs != "" {
+	if code != exitcode.OK || errs != "" {
 		t.Fatalf("status %d stderr %q", code, errs)
 	}
 	if !strings.HasPrefix(out, "standard input: failed, not for memory (crash)") || !strings.Contains(out, "rank 2") {
@@ -135,7 +140,7 @@ func TestStdin(t *testing.T) {
 		w.Close()
 	}()
 	var o bytes.Buffer
-	if code := Command(Options{Paths: []string{"-"}, JSON: true, Stdin: r, Stdout: &o, Stderr: os.Stderr}); code != ExitOK {
+	if code := exitcode.Of(Command(Options{Paths: []string{"-"}, JSON: true, Stdin: r, Stdout: &o, Stderr: os.Stderr})); code != exitcode.OK {
 		t.Fatalf("status %d", code)
 	}
 	r.Close()
@@ -145,7 +150,7 @@ func TestStdin(t *testing.T) {
 	}
 	// "-" twice: the second cannot be read.
 	code, _, errs = run(t, string(log), false, "-", "-")
-	if code != ExitNoInput || !strings.Contains(errs, "more than once") {
+	if code != exitcode.NoInput || !strings.Contains(errs, "more than once") {
 		t.Errorf("status %d stderr %q", code, errs)
 	}
 }
@@ -154,8 +159,8 @@ func TestUnreadable(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no-such.log")
 	code, out, errs := run(t, "", false, missing, "testdata/cpu-alloc.log")
-	if code != ExitNoInput {
-		t.Errorf("status %d, want %d", code, ExitNoInput)
+	if code != exitcode.NoInput {
+		t.Errorf("status %d, want %d", code, exitcode.NoInput)
 	}
 	if !strings.Contains(errs, missing) || !strings.Contains(errs, "no such file") {
 		t.Errorf("stderr %q should name the file and the reason", errs)
@@ -164,13 +169,13 @@ func TestUnreadable(t *testing.T) {
 		t.Errorf("the readable log is still explained; stdout:\n%s", out)
 	}
 	code, _, errs = run(t, "", true, dir)
-	if code != ExitNoInput || !strings.Contains(errs, "is a directory") {
+	if code != exitcode.NoInput || !strings.Contains(errs, "is a directory") {
 		t.Errorf("directory: status %d stderr %q", code, errs)
 	}
 	if os.Geteuid() != 0 { // root reads any file
 		locked := filepath.Join(dir, "locked.log")
 		os.WriteFile(locked, []byte("x\n"), 0)
-		if code, _, errs := run(t, "", false, locked); code != ExitNoInput || !strings.Contains(errs, "permission denied") {
+		if code, _, errs := run(t, "", false, locked); code != exitcode.NoInput || !strings.Contains(errs, "permission denied") {
 			t.Errorf("unreadable: status %d stderr %q", code, errs)
 		}
 	}
@@ -190,13 +195,13 @@ func TestGzip(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs := run(t, "", true, p)
-	if code != ExitOK || errs != "" || !strings.Contains(out, `"kind":"gpu_oom"`) || !strings.Contains(out, `"line":7`) {
+	if code != exitcode.OK || errs != "" || !strings.Contains(out, `"kind":"gpu_oom"`) || !strings.Contains(out, `"line":7`) {
 		t.Errorf("status %d stderr %q out %s", code, errs, out)
 	}
 	// A file that starts like gzip but is not.
 	bad := filepath.Join(t.TempDir(), "bad.gz")
 	os.WriteFile(bad, []byte{0x1f, 0x8b, 0, 1, 2}, 0o644)
-	if code, _, errs := run(t, "", false, bad); code != ExitNoInput || !strings.Contains(errs, "gzip") {
+	if code, _, errs := run(t, "", false, bad); code != exitcode.NoInput || !strings.Contains(errs, "gzip") {
 		t.Errorf("bad gzip: status %d stderr %q", code, errs)
 	}
 }
@@ -204,7 +209,7 @@ func TestGzip(t *testing.T) {
 // A log that shows a failure still exits 0: explain succeeded.
 func TestFailureIsNotAnError(t *testing.T) {
 	code, out, _ := run(t, "", false, "testdata/dataloader-killed-two-ranks.log")
-	if code != ExitOK || !strings.Contains(out, "killed for host memory (host_oom)") || !strings.Contains(out, "rank 1") {
+	if code != exitcode.OK || !strings.Contains(out, "killed for host memory (host_oom)") || !strings.Contains(out, "rank 1") {
 		t.Errorf("status %d\n%s", code, out)
 	}
 }
@@ -236,7 +241,7 @@ func TestRunDirWithoutOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs := run(t, "", true, dir)
-	if code != ExitOK || errs != "" || strings.Count(out, "\n") != 1 ||
+	if code != exitcode.OK || errs != "" || strings.Count(out, "\n") != 1 ||
 		!strings.Contains(out, `"file":"`+filepath.Join(dir, "output.log")+`","kind":"cpu_alloc_oom"`) {
 		t.Fatalf("status %d, stderr %q, out %s", code, errs, out)
 	}
@@ -256,7 +261,7 @@ func TestRunDirWithoutOffsets(t *testing.T) {
 	f.Close()
 	code, out, errs = run(t, "", true, dir)
 	got := strings.Split(strings.TrimSpace(out), "\n")
-	if code != ExitOK || errs != "" || len(got) != 2 ||
+	if code != exitcode.OK || errs != "" || len(got) != 2 ||
 		!strings.Contains(got[0], `"attempt":1,"kind":"cpu_alloc_oom"`) || !strings.Contains(got[1], `"attempt":2,"kind":"none"`) {
 		t.Fatalf("status %d, stderr %q, out %s", code, errs, out)
 	}

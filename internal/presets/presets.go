@@ -1,6 +1,7 @@
-// Package policies holds gpuguard's built-in policy presets and the
-// `gpuguard policy` commands. Unlike package policy it does I/O: it finds
-// and reads policy files.
+// Package presets holds gpuguard's built-in policy presets, finds and reads
+// the policy a run uses (Load), and guesses which preset suits a command
+// (Guess). Unlike package policy it does I/O: it reads policy files. The
+// `gpuguard policy` commands are in package cli.
 package presets
 
 import (
@@ -45,9 +46,9 @@ func Lookup(name string) (data []byte, ok bool) {
 	return data, err == nil
 }
 
-// FileNames are the names Load looks for when no policy is given, in order
+// fileNames are the names Load looks for when no policy is given, in order
 // of preference within one directory.
-var FileNames = []string{"gpuguard.yaml", "gpuguard.yml"}
+var fileNames = []string{"gpuguard.yaml", "gpuguard.yml"}
 
 // Load resolves the --policy argument.
 //
@@ -114,7 +115,7 @@ func discover(workDir string) (string, []byte, error) {
 		dirs = dirs[:1]
 	}
 	for _, dir := range dirs {
-		for _, name := range FileNames {
+		for _, name := range fileNames {
 			path := filepath.Join(dir, name)
 			data, err := os.ReadFile(path)
 			if err == nil {

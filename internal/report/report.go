@@ -1,6 +1,5 @@
-// Package report implements `gpuguard report` (a run directory's attempts,
-// memory peaks and a plot) and `gpuguard doctor` (GPUs, who holds their
-// memory, host and cgroup memory, Slurm context, allocator settings).
+// Package report implements `gpuguard report`: a run directory's attempts,
+// verdicts, memory peaks and a plot.
 //
 // report reads what the supervisor writes into a run directory:
 // events.jsonl (one JSON object per line; unknown types and fields are
@@ -18,23 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 )
-
-// Exit codes of report and doctor (BSD sysexits, as gpuguard's own codes
-// are; see supervisor/exitcode.go).
-const (
-	exitOK         = 0
-	exitBusy       = 1  // doctor: a GPU the job will use is mostly taken
-	exitUsage      = 64 // bad arguments (EX_USAGE)
-	exitDataErr    = 65 // events.jsonl holds no readable event (EX_DATAERR)
-	exitNoInput    = 66 // the run directory or events.jsonl is missing (EX_NOINPUT)
-	exitCantCreate = 73 // the plot cannot be written (EX_CANTCREAT)
-)
-
-// EventsFile is the name of the event log in a run directory.
-const EventsFile = rundir.Events
 
 // Options are the inputs of `gpuguard report`.
 type Options struct {
@@ -45,43 +31,43 @@ type Options struct {
 	Stderr io.Writer
 }
 
-// Command runs `gpuguard report` and returns its exit status: 0, 66 when
-// the run directory or its events.jsonl is missing (the message says
-// which), 65 when events.jsonl has no readable event, 64 for a plot file
-// that is neither .png nor .svg, 73 when the plot cannot be written.
+// Command runs `gpuguard report`. Its error, if any, says what went wrong and
+// carries the exit status (package exitcode): NoInput when the run directory
+// or its events.jsonl is missing (the message says which), DataErr when
+// events.jsonl has no readable event, Usage for a plot file that is neither
+// .png nor .svg, CantCreate when the output or the plot cannot be written.
 // Unreadable lines are reported on stderr and skipped.
-func Command(o Options) int {
+func Command(o Options) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(o.Stderr, "gpuguard report: "+format+"\n", a...)
-		return code
+	fail := func(code int, format string, a ...any) error {
+		return &exitcode.Error{Code: code, Msg: fmt.Sprintf(format, a...)}
 	}
 	if o.Plot != "" {
 		if ext := strings.ToLower(filepath.Ext(o.Plot)); ext != ".png" && ext != ".svg" {
-			return fail(exitUsage, "--plot %s: give a file name ending in .png or .svg", o.Plot)
+			return fail(exitcode.Usage, "--plot %s: give a file name ending in .png or .svg", o.Plot)
 		}
 	}
 	st, err := os.Stat(o.RunDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fail(exitNoInput, "run directory %s does not exist; give the directory `gpuguard run` printed at its start (under .gpuguard/runs/)", o.RunDir)
+		return fail(exitcode.NoInput, "run directory %s does not exist; give the directory `gpuguard run` printed at its start (under .gpuguard/runs/)", o.RunDir)
 	case err != nil:
-		return fail(exitNoInput, "run directory %s: %v", o.RunDir, err)
+		return fail(exitcode.NoInput, "run directory %s: %v", o.RunDir, err)
 	case !st.IsDir():
-		return fail(exitNoInput, "%s is not a directory; give a run directory (under .gpuguard/runs/)", o.RunDir)
+		return fail(exitcode.NoInput, "%s is not a directory; give a run directory (under .gpuguard/runs/)", o.RunDir)
 	}
-	evPath := filepath.Join(o.RunDir, EventsFile)
+	evPath := filepath.Join(o.RunDir, rundir.Events)
 	f, err := os.Open(evPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fail(exitNoInput, "%s has no %s: it is not a gpuguard run directory, or the run never started", o.RunDir, EventsFile)
+		return fail(exitcode.NoInput, "%s has no %s: it is not a gpuguard run directory, or the run never started", o.RunDir, rundir.Events)
 	}
 	if err != nil {
-		return fail(exitNoInput, "%s: %v", evPath, err)
+		return fail(exitcode.NoInput, "%s: %v", evPath, err)
 	}
 	run, err := readEvents(f, o.RunDir)
 	f.Close()
@@ -89,7 +75,7 @@ func Command(o Options) int {
 		fmt.Fprintf(o.Stderr, "gpuguard report: skipped %s\n", p)
 	}
 	if err != nil {
-		return fail(exitDataErr, "%s: %v", evPath, err)
+		return fail(exitcode.DataErr, "%s: %v", evPath, err)
 	}
 	ti := loadTimeline(run, o.Stderr)
 	if run.origin.IsZero() && run.Start != nil {
@@ -99,22 +85,22 @@ func Command(o Options) int {
 		enc := json.NewEncoder(o.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(run); err != nil {
-			return fail(exitCantCreate, "writing JSON: %v", err)
+			return fail(exitcode.CantCreate, "writing JSON: %v", err)
 		}
 	} else {
 		writeText(o.Stdout, run)
 	}
 	if o.Plot != "" {
 		if ti == nil || ti.rows == 0 {
-			return fail(exitNoInput, "cannot plot: %s has no memory timeline (%s); memory is sampled only by `gpuguard run`",
+			return fail(exitcode.NoInput, "cannot plot: %s has no memory timeline (%s); memory is sampled only by `gpuguard run`",
 				o.RunDir, memory.TimelineFile)
 		}
 		if err := plotRun(run, ti, filepath.Join(o.RunDir, memory.TimelineFile), o.Plot); err != nil {
-			return fail(exitCantCreate, "plot %s: %v", o.Plot, err)
+			return fail(exitcode.CantCreate, "plot %s: %v", o.Plot, err)
 		}
 		fmt.Fprintf(o.Stderr, "gpuguard report: memory plot written to %s\n", o.Plot)
 	}
-	return exitOK
+	return nil
 }
 
 // loadTimeline reads timeline.csv when there is one, and fills in the memory

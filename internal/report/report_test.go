@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/png"
 	"os"
@@ -13,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
 const gib = uint64(1) << 30
@@ -24,8 +27,11 @@ func runReport(t *testing.T, o Options) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	o.Stdout, o.Stderr = &out, &errb
-	code = Command(o)
-	return code, out.String(), errb.String()
+	err := Command(o)
+	if err != nil && !exitcode.Silent(err) {
+		fmt.Fprintf(&errb, "gpuguard report: %v\n", err) // as the command line prints it
+	}
+	return exitcode.Of(err), out.String(), errb.String()
 }
 
 // TestReportFixtureText reads testdata/run-oom (written by
@@ -166,7 +172,7 @@ func TestReportErrors(t *testing.T) {
 	if code, _, errs := runReport(t, Options{RunDir: dir}); code != 66 || !strings.Contains(errs, "has no events.jsonl") {
 		t.Errorf("no events: %d %q", code, errs)
 	}
-	os.WriteFile(filepath.Join(dir, EventsFile), []byte("\n\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, rundir.Events), []byte("\n\n"), 0o644)
 	if code, _, errs := runReport(t, Options{RunDir: dir}); code != 65 || !strings.Contains(errs, "no event") {
 		t.Errorf("empty events: %d %q", code, errs)
 	}
@@ -177,7 +183,7 @@ func TestReportErrors(t *testing.T) {
 		t.Errorf("unwritable plot: %d %q", code, errs)
 	}
 	// Events but no timeline: the text report works, the plot cannot.
-	os.WriteFile(filepath.Join(dir, EventsFile), []byte(`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, rundir.Events), []byte(`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`+"\n"), 0o644)
 	code, out, errs := runReport(t, Options{RunDir: dir, Plot: filepath.Join(dir, "x.png")})
 	if code != 66 || !strings.Contains(errs, "no memory timeline") || !strings.Contains(out, "command:  python t.py") {
 		t.Errorf("no timeline: %d %q %q", code, errs, out)
@@ -196,7 +202,7 @@ func TestReportSkipsBadLines(t *testing.T) {
 		`{"time":"2026-03-01T09:01:01Z","type":"attempt_end","attempt":1,"exit_code":137,"signal":"SIGKILL","duration_s":"60"}`,
 		`{"time":"2026-03-01T09:01:02Z","type":"attempt_end","attem`,
 	}, "\n")
-	os.WriteFile(filepath.Join(dir, EventsFile), []byte(ev), 0o644)
+	os.WriteFile(filepath.Join(dir, rundir.Events), []byte(ev), 0o644)
 	code, out, errs := runReport(t, Options{RunDir: dir})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -290,7 +296,7 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 	}
 	event("run_end", map[string]any{"exit_code": 0})
 	tl.Close()
-	os.WriteFile(filepath.Join(dir, EventsFile), events.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, rundir.Events), events.Bytes(), 0o644)
 
 	code, out, errs := runReport(t, Options{RunDir: dir, JSON: true, Plot: filepath.Join(dir, "mem.png")})
 	if code != 0 {

@@ -1,6 +1,6 @@
 //go:build cgo && !nonvml
 
-package report
+package doctor
 
 import (
 	"bufio"
@@ -19,7 +19,11 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 )
+
+const gib = uint64(1) << 30
 
 // gpuProcess starts `sleep` with extra environment; cleanup kills it.
 func gpuProcess(t *testing.T, env ...string) int {
@@ -116,14 +120,14 @@ func doctorMachine(t *testing.T) (*server.Server, map[string]int) {
 	return srv, pids
 }
 
-func runDoctor(t *testing.T, lib nvml.Interface, env []string, jsonOut bool) (int, string, DoctorReport) {
+func runDoctor(t *testing.T, lib nvml.Interface, env []string, jsonOut bool) (int, string, report) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := doctor(DoctorOptions{JSON: jsonOut, Stdout: &out, Stderr: &errb}, doctorInputs{
+	var out bytes.Buffer
+	code := exitcode.Of(run(Options{JSON: jsonOut, Stdout: &out}, inputs{
 		procRoot: "/proc", env: env, selfPID: os.Getpid(),
-		gpus: func(env []string, _ string) GPUFacts { return collectNVML(lib, env) },
-	})
-	var rep DoctorReport
+		gpus: func(env []string, _ string) gpuFacts { return collectNVML(lib, env) },
+	}))
+	var rep report
 	if jsonOut {
 		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out.String())
@@ -147,7 +151,7 @@ func TestDoctorWithMockGPUs(t *testing.T) {
 	if !g0.JobWillUse || g1.JobWillUse || g0.MIG != "disabled" || g0.UsedBytes != 30*gib || g0.UsedFrac != 0.75 {
 		t.Errorf("gpu0 %+v / gpu1 %+v", g0, g1)
 	}
-	byPID := map[int]DoctorProcess{}
+	byPID := map[int]process{}
 	for _, p := range append(g0.Processes, g1.Processes...) {
 		byPID[p.PID] = p
 	}

@@ -1,7 +1,6 @@
 package presets
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,19 +20,6 @@ func TestNamesAndLookup(t *testing.T) {
 	for _, bad := range []string{"", "nope", "../policies/argparse", "argparse.yaml", "commands.go"} {
 		if _, ok := Lookup(bad); ok {
 			t.Errorf("Lookup(%q) found something", bad)
-		}
-	}
-}
-
-// Every preset passes `policy check`.
-func TestPresetsCheck(t *testing.T) {
-	for _, name := range Names() {
-		var out, errb bytes.Buffer
-		if code := Check(name, &out, &errb); code != 0 || errb.Len() != 0 {
-			t.Errorf("policy check %s: exit %d\n%s", name, code, errb.String())
-		}
-		if !strings.HasPrefix(out.String(), "preset:"+name+": valid (policy version 1): ") {
-			t.Errorf("policy check %s: %q", name, out.String())
 		}
 	}
 }
@@ -215,41 +201,6 @@ func TestLoadNames(t *testing.T) {
 	}
 }
 
-func TestCheckErrors(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.yaml")
-	write(t, bad, "version: 1\nknobs:\n  bs: {flag: --bs}\nrules:\n  - name: r\n    when: {kind: cuda_oom}\n    steps: [{halve: bz}]\n")
-	var out, errb bytes.Buffer
-	if code := Check(bad, &out, &errb); code != 78 {
-		t.Errorf("exit %d, want 78", code)
-	}
-	want := bad + `:6:18: rule r: when: unknown failure kind "cuda_oom" (did you mean "gpu_oom"?); kinds: gpu_oom, cpu_alloc_oom, host_oom, crash` + "\n" +
-		bad + `:7:21: rule r step 1: halve: unknown knob "bz" (did you mean "bs"?); knobs: bs` + "\n"
-	if errb.String() != want || out.Len() != 0 {
-		t.Errorf("stderr:\n%s\nwant:\n%s", errb.String(), want)
-	}
-	errb.Reset()
-	if code := Check(filepath.Join(dir, "none.yaml"), &out, &errb); code != 78 || !strings.Contains(errb.String(), "no such file") {
-		t.Errorf("missing file: %d %q", code, errb.String())
-	}
-}
-
-func TestList(t *testing.T) {
-	var out bytes.Buffer
-	if code := List(&out); code != 0 {
-		t.Fatal(code)
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != len(allPresets) {
-		t.Fatalf("List:\n%s", out.String())
-	}
-	for i, l := range lines {
-		if f := strings.Fields(l); len(f) < 2 || f[0] != allPresets[i] {
-			t.Errorf("line %q: want preset %s and its description", l, allPresets[i])
-		}
-	}
-}
-
 func TestGuess(t *testing.T) {
 	for _, tc := range []struct {
 		argv string
@@ -270,48 +221,5 @@ func TestGuess(t *testing.T) {
 		if got, why := Guess(strings.Fields(tc.argv)); got != tc.want || why == "" {
 			t.Errorf("Guess(%s) = %s (%s), want %s", tc.argv, got, why, tc.want)
 		}
-	}
-}
-
-func TestInit(t *testing.T) {
-	for _, tc := range presetCases {
-		var out, errb bytes.Buffer
-		if code := Init(append([]string{"--"}, tc.argv...), &out, &errb); code != 0 {
-			t.Fatalf("Init %v: exit %d %s", tc.argv, code, errb.String())
-		}
-		text := out.String()
-		// The starter is a valid policy, and `policy check` accepts it.
-		path := filepath.Join(t.TempDir(), "gpuguard.yaml")
-		write(t, path, text)
-		var cout, cerr bytes.Buffer
-		if code := Check(path, &cout, &cerr); code != 0 {
-			t.Errorf("starter for %v fails check:\n%s\n%s", tc.argv, cerr.String(), text)
-		}
-		for _, want := range []string{
-			"#   " + strings.Join(tc.argv, " ") + "\n",
-			"# Framework guessed: " + tc.preset + " (",
-			"# Read from this command:\n",
-			"# What each rule would do, in order, on repeated failures:\n#   rule gpu-shared step 1",
-		} {
-			if !strings.Contains(text, want) {
-				t.Errorf("starter for %s lacks %q:\n%s", tc.preset, want, text)
-			}
-		}
-	}
-	// A command the preset cannot read says what to fix, and still checks.
-	var out, errb bytes.Buffer
-	if code := Init([]string{"python", "train.py"}, &out, &errb); code != 0 {
-		t.Fatal(code)
-	}
-	if !strings.Contains(out.String(), "# Before running, fix (gpuguard run would stop with these):\n#   preset:argparse:") ||
-		!strings.Contains(out.String(), "the command has no --batch-size") {
-		t.Errorf("starter without --batch-size:\n%s", out.String())
-	}
-	if _, err := policy.Parse("x", out.Bytes()); err != nil {
-		t.Errorf("starter does not parse: %v", err)
-	}
-	errb.Reset()
-	if code := Init(nil, &out, &errb); code != 64 || !strings.Contains(errb.String(), "give the training command after --") {
-		t.Errorf("Init without a command: %d %q", code, errb.String())
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cgo && !nonvml
 
-package report
+package doctor
 
 import (
 	"fmt"
@@ -10,16 +10,16 @@ import (
 )
 
 // nvmlFacts asks the machine's NVML.
-func nvmlFacts(env []string, _ string) GPUFacts { return collectNVML(nvml.New(), env) }
+func nvmlFacts(env []string, _ string) gpuFacts { return collectNVML(nvml.New(), env) }
 
 // collectNVML describes every GPU lib knows. It opens lib through the GPU
 // probe (one Init, bounded in time; nothing else after a failed Init) to
 // learn which devices CUDA_VISIBLE_DEVICES of env selects, then lists each
 // GPU, its MIG devices and the processes NVML shows on it.
-func collectNVML(lib nvml.Interface, env []string) (facts GPUFacts) {
+func collectNVML(lib nvml.Interface, env []string) (facts gpuFacts) {
 	g, err := gpu.FromNVML(lib, env, nil)
 	if err != nil {
-		return GPUFacts{Why: err.Error()}
+		return gpuFacts{Why: err.Error()}
 	}
 	defer g.Close()
 	defer func() {
@@ -48,7 +48,7 @@ func collectNVML(lib nvml.Interface, env []string) (facts GPUFacts) {
 		return facts
 	}
 	for i := 0; i < n; i++ {
-		dg := DoctorGPU{Index: i}
+		dg := device{Index: i}
 		h, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			dg.Error = fmt.Sprintf("NVML cannot reach it: %v (run nvidia-smi; a lost GPU needs a reset)", ret)
@@ -79,7 +79,7 @@ func collectNVML(lib nvml.Interface, env []string) (facts GPUFacts) {
 						if ret != nvml.SUCCESS {
 							continue
 						}
-						var m DoctorMIG
+						var m migDevice
 						m.UUID, _ = mh.GetUUID()
 						if mem, ret := mh.GetMemoryInfo(); ret == nvml.SUCCESS {
 							m.TotalBytes = mem.Total
@@ -100,7 +100,7 @@ func collectNVML(lib nvml.Interface, env []string) (facts GPUFacts) {
 			}
 		}
 		for _, pi := range procs {
-			p := DoctorProcess{PID: int(pi.Pid)}
+			p := process{PID: int(pi.Pid)}
 			if pi.UsedGpuMemory != ^uint64(0) {
 				p.UsedBytes = pi.UsedGpuMemory
 			}

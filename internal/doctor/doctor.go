@@ -1,4 +1,10 @@
-package report
+// Package doctor implements `gpuguard doctor`: what stands between a job and
+// the memory it needs before it starts. It lists the machine's GPUs (through
+// NVML, when this build has it and a driver answers), the processes holding
+// their memory and whether each is a leftover of a gpuguard run, host and
+// cgroup memory, the Slurm context, and the allocator settings of the
+// environment.
+package doctor
 
 import (
 	"bytes"
@@ -11,25 +17,26 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/envlist"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 )
 
-// BusyFraction: doctor exits 1 when a GPU the job will use already has more
+// busyFraction: doctor exits 1 when a GPU the job will use already has more
 // than this share of its memory in use (by others: the job has not started).
-const BusyFraction = 0.5
+const busyFraction = 0.5
 
-// DoctorOptions are the inputs of `gpuguard doctor`.
-type DoctorOptions struct {
-	JSON   bool
+// Options are the inputs of `gpuguard doctor`.
+type Options struct {
+	JSON   bool // print the report as JSON
 	Stdout io.Writer
-	Stderr io.Writer
 }
 
-// DoctorReport is what doctor found; `gpuguard doctor --json` prints it.
-type DoctorReport struct {
-	NVML      GPUFacts           `json:"nvml"`
+// report is what doctor found; `gpuguard doctor --json` prints it.
+type report struct {
+	NVML      gpuFacts           `json:"nvml"`
 	Host      *procfs.HostSample `json:"host,omitempty"`
 	HostError string             `json:"host_error,omitempty"`
 	Slurm     *slurmenv.Context  `json:"slurm,omitempty"`
@@ -40,18 +47,18 @@ type DoctorReport struct {
 	Busy []string `json:"busy,omitempty"`
 }
 
-// GPUFacts is what NVML says about the machine's GPUs.
-type GPUFacts struct {
-	Available   bool        `json:"available"`
-	Why         string      `json:"why,omitempty"` // why NVML is not available
-	Driver      string      `json:"driver,omitempty"`
-	NVMLVersion string      `json:"nvml_version,omitempty"`
-	CUDADriver  string      `json:"cuda_driver,omitempty"` // "12.4"
-	GPUs        []DoctorGPU `json:"gpus,omitempty"`
+// gpuFacts is what NVML says about the machine's GPUs.
+type gpuFacts struct {
+	Available   bool     `json:"available"`
+	Why         string   `json:"why,omitempty"` // why NVML is not available
+	Driver      string   `json:"driver,omitempty"`
+	NVMLVersion string   `json:"nvml_version,omitempty"`
+	CUDADriver  string   `json:"cuda_driver,omitempty"` // "12.4"
+	GPUs        []device `json:"gpus,omitempty"`
 }
 
-// DoctorGPU is one physical GPU.
-type DoctorGPU struct {
+// device is one physical GPU.
+type device struct {
 	Index      int     `json:"index"`
 	UUID       string  `json:"uuid"`
 	Name       string  `json:"name"`
@@ -60,23 +67,23 @@ type DoctorGPU struct {
 	UsedFrac   float64 `json:"used_fraction"`
 	// MIG is "enabled", "disabled" or "" (not supported).
 	MIG        string      `json:"mig,omitempty"`
-	MIGDevices []DoctorMIG `json:"mig_devices,omitempty"`
+	MIGDevices []migDevice `json:"mig_devices,omitempty"`
 	// JobWillUse: CUDA_VISIBLE_DEVICES (of doctor's environment) selects it.
-	JobWillUse bool            `json:"job_will_use"`
-	Processes  []DoctorProcess `json:"processes,omitempty"`
-	Error      string          `json:"error,omitempty"`
+	JobWillUse bool      `json:"job_will_use"`
+	Processes  []process `json:"processes,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }
 
-// DoctorMIG is one MIG device of a GPU.
-type DoctorMIG struct {
+// migDevice is one MIG device of a GPU.
+type migDevice struct {
 	UUID       string `json:"uuid"`
 	TotalBytes uint64 `json:"total_bytes"`
 	UsedBytes  uint64 `json:"used_bytes"`
 	JobWillUse bool   `json:"job_will_use"`
 }
 
-// DoctorProcess is a process holding GPU memory.
-type DoctorProcess struct {
+// process is a process holding GPU memory.
+type process struct {
 	PID       int    `json:"pid"`
 	UsedBytes uint64 `json:"used_bytes,omitempty"` // 0 when NVML does not say
 	User      string `json:"user,omitempty"`
@@ -104,43 +111,41 @@ var allocatorVars = []string{
 	"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
 }
 
-// doctorInputs are the seams of doctor: the proc root, the environment, and
-// the GPU facts (NVML, or a mock in tests).
-type doctorInputs struct {
+// inputs are the seams of doctor: the proc root, the environment, and the
+// GPU facts (NVML, or a mock in tests).
+type inputs struct {
 	procRoot string
 	env      []string
 	selfPID  int
-	gpus     func(env []string, procRoot string) GPUFacts
+	gpus     func(env []string, procRoot string) gpuFacts
 }
 
-// Doctor runs `gpuguard doctor` and returns its exit status: 1 when a GPU
-// the job will use (CUDA_VISIBLE_DEVICES of this environment) already has
-// more than half of its memory in use, 0 otherwise (also when there is no
-// GPU or NVML cannot be used: the output says why).
-func Doctor(o DoctorOptions) int {
-	return doctor(o, doctorInputs{procRoot: "/proc", env: os.Environ(), selfPID: os.Getpid(), gpus: nvmlFacts})
+// Command runs `gpuguard doctor`. Its error carries exit status 1
+// (exitcode.Busy) when a GPU the job will use (CUDA_VISIBLE_DEVICES of this
+// environment) already has more than half of its memory in use, the output
+// having said so; there is none when there is no GPU or NVML cannot be used
+// (the output says why).
+func Command(o Options) error {
+	return run(o, inputs{procRoot: "/proc", env: os.Environ(), selfPID: os.Getpid(), gpus: nvmlFacts})
 }
 
-func doctor(o DoctorOptions, in doctorInputs) int {
+func run(o Options, in inputs) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
-	if o.Stderr == nil {
-		o.Stderr = io.Discard
-	}
-	rep := DoctorReport{Env: map[string]string{}}
+	rep := report{Env: map[string]string{}}
 	rep.NVML = in.gpus(in.env, in.procRoot)
 	for i := range rep.NVML.GPUs {
 		g := &rep.NVML.GPUs[i]
 		for j := range g.Processes {
 			describeProcess(in.procRoot, &g.Processes[j])
 		}
-		if g.JobWillUse && g.UsedFrac > BusyFraction {
+		if g.JobWillUse && g.UsedFrac > busyFraction {
 			rep.Busy = append(rep.Busy, fmt.Sprintf("GPU %d (%s) already has %s of %s in use (%.0f%%)", g.Index, g.UUID,
 				humanize.Bytes(g.UsedBytes), humanize.Bytes(g.TotalBytes), 100*g.UsedFrac))
 		}
 		for _, m := range g.MIGDevices {
-			if m.JobWillUse && m.TotalBytes > 0 && float64(m.UsedBytes) > BusyFraction*float64(m.TotalBytes) {
+			if m.JobWillUse && m.TotalBytes > 0 && float64(m.UsedBytes) > busyFraction*float64(m.TotalBytes) {
 				rep.Busy = append(rep.Busy, fmt.Sprintf("MIG device %s of GPU %d already has %s of %s in use", m.UUID, g.Index,
 					humanize.Bytes(m.UsedBytes), humanize.Bytes(m.TotalBytes)))
 			}
@@ -156,7 +161,7 @@ func doctor(o DoctorOptions, in doctorInputs) int {
 		rep.Slurm = &s
 	}
 	for _, k := range allocatorVars {
-		if v, ok := lookupEnv(in.env, k); ok {
+		if v, ok := envlist.Lookup(in.env, k); ok {
 			rep.Env[k] = v
 		}
 	}
@@ -164,20 +169,19 @@ func doctor(o DoctorOptions, in doctorInputs) int {
 		enc := json.NewEncoder(o.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(o.Stderr, "gpuguard doctor: writing JSON: %v\n", err)
-			return exitCantCreate
+			return &exitcode.Error{Code: exitcode.CantCreate, Err: err, Msg: fmt.Sprintf("writing JSON: %v", err)}
 		}
 	} else {
-		writeDoctor(o.Stdout, &rep)
+		writeText(o.Stdout, &rep)
 	}
 	if len(rep.Busy) > 0 {
-		return exitBusy
+		return exitcode.Status(exitcode.Busy)
 	}
-	return exitOK
+	return nil
 }
 
 // describeProcess fills in who a GPU process is and whether it is stale.
-func describeProcess(procRoot string, p *DoctorProcess) {
+func describeProcess(procRoot string, p *process) {
 	dir := procRoot + "/" + strconv.Itoa(p.PID)
 	if _, err := os.Stat(dir); err != nil {
 		p.Status = "not visible here (NVML reports host PIDs: another PID namespace, or it just exited)"
@@ -286,18 +290,8 @@ func procUser(dir string) string {
 	return ""
 }
 
-func lookupEnv(env []string, key string) (string, bool) {
-	val, ok := "", false
-	for _, kv := range env {
-		if strings.HasPrefix(kv, key+"=") {
-			val, ok = kv[len(key)+1:], true
-		}
-	}
-	return val, ok
-}
-
-// writeDoctor prints the report for people.
-func writeDoctor(w io.Writer, r *DoctorReport) {
+// writeText prints the report for people.
+func writeText(w io.Writer, r *report) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	if !r.NVML.Available {
 		p("GPUs: not available: %s", r.NVML.Why)
@@ -379,4 +373,20 @@ func writeDoctor(w io.Writer, r *DoctorReport) {
 	for _, b := range r.Busy {
 		p("PROBLEM: %s: the job would start short of memory; wait for it, pick another GPU with CUDA_VISIBLE_DEVICES, or stop what holds it (see above)", b)
 	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shorten cuts s to n bytes on one line, marking the cut.
+func shorten(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

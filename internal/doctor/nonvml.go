@@ -1,11 +1,11 @@
 //go:build !cgo || nonvml
 
-package report
+package doctor
 
 import "github.com/gpuguard/gpuguard/internal/probes/gpu"
 
 // nvmlFacts: this build has no NVML; the null probe says why.
-func nvmlFacts(env []string, _ string) GPUFacts {
+func nvmlFacts(env []string, _ string) gpuFacts {
 	_, why := gpu.Open(env, nil).Available()
-	return GPUFacts{Why: why}
+	return gpuFacts{Why: why}
 }

@@ -1,4 +1,4 @@
-package report
+package doctor
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 )
 
 // TestDoctorReal runs doctor against this machine: on CI (no GPU, no
@@ -16,11 +18,12 @@ func TestDoctorReal(t *testing.T) {
 	t.Setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 	t.Setenv("SLURM_JOB_ID", "4242")
 	t.Setenv("SLURM_PROCID", "0")
-	var out, errb bytes.Buffer
-	code := Doctor(DoctorOptions{JSON: true, Stdout: &out, Stderr: &errb})
-	var rep DoctorReport
+	var out bytes.Buffer
+	runErr := Command(Options{JSON: true, Stdout: &out})
+	code := exitcode.Of(runErr)
+	var rep report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("not JSON (%v): %s %s", err, out.String(), errb.String())
+		t.Fatalf("not JSON (%v): %s %v", err, out.String(), runErr)
 	}
 	if (code == 1) != (len(rep.Busy) > 0) || (code != 0 && code != 1) {
 		t.Errorf("exit %d with busy %v", code, rep.Busy)
@@ -47,7 +50,7 @@ func TestDoctorReal(t *testing.T) {
 	}
 
 	out.Reset()
-	Doctor(DoctorOptions{Stdout: &out, Stderr: &errb})
+	Command(Options{Stdout: &out})
 	text := out.String()
 	for _, want := range []string{"GPUs: ", "Host memory: ", "Slurm: job 4242, rank 0, restart 0", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"} {
 		if !strings.Contains(text, want) {
@@ -57,12 +60,12 @@ func TestDoctorReal(t *testing.T) {
 }
 
 func TestDescribeProcessNotVisible(t *testing.T) {
-	p := DoctorProcess{PID: 1 << 30}
+	p := process{PID: 1 << 30}
 	describeProcess("/proc", &p)
 	if p.Visible || p.Stale || !strings.Contains(p.Status, "not visible") {
 		t.Errorf("%+v", p)
 	}
-	self := DoctorProcess{PID: os.Getpid()}
+	self := process{PID: os.Getpid()}
 	describeProcess("/proc", &self)
 	if !self.Visible || self.Command == "" || self.User == "" || self.Stale {
 		t.Errorf("%+v", self)

@@ -1,0 +1,127 @@
+// Package cli is gpuguard's command line: one file per command, each with a
+// newXCmd function that parses the command's flags and arguments into an
+// options struct and hands it to the function that does the work (the
+// runF seam, which tests replace to see the options), and root.go, which
+// assembles the commands and turns every error into the exit status.
+//
+// The packages that do the work (supervisor, explain, report, doctor, policy
+// and presets) return errors that carry their status (package exitcode);
+// exitStatus below is the one place that prints them and picks the status.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuguard/gpuguard/internal/exitcode"
+)
+
+// Streams are the standard streams the commands read and write. In and Out
+// are files because `gpuguard run` hands them to the job and asks whether
+// they are terminals.
+type Streams struct {
+	In     *os.File
+	Out    *os.File
+	ErrOut io.Writer
+}
+
+// System returns the process's own standard streams.
+func System() Streams { return Streams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr} }
+
+// Main runs gpuguard with args (args[0] is the program name) on the streams
+// s and returns the process's exit status. version is what `gpuguard
+// version` prints.
+func Main(args []string, s Streams, version string) int {
+	app := newApp(s, version,
+		newRunCmd(s, nil),
+		newExplainCmd(s, nil),
+		newReportCmd(s, nil),
+		newDoctorCmd(s, nil),
+		newPolicyCmd(s),
+		newVersionCmd(s, version),
+	)
+	return exitStatus(app.Run(args), s.ErrOut)
+}
+
+// newApp assembles the commands into the gpuguard command line.
+func newApp(s Streams, version string, cmds ...*cli.Command) *cli.App {
+	nameErrors("", cmds)
+	return &cli.App{
+		Name:      "gpuguard",
+		Usage:     "run a training job, recover it from out-of-memory failures",
+		Version:   version,
+		Writer:    s.Out,
+		ErrWriter: s.ErrOut,
+		// Errors become exit statuses in exitStatus, never in urfave/cli
+		// (whose default handler would call os.Exit).
+		ExitErrHandler:         func(*cli.Context, error) {},
+		HideHelpCommand:        true,
+		UseShortOptionHandling: false,
+		Commands:               cmds,
+	}
+}
+
+// commandError is an error returned by a command's action, and the
+// command's name ("report", "policy check") for the message.
+type commandError struct {
+	command string
+	err     error
+}
+
+func (e *commandError) Error() string { return e.command + ": " + e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
+
+// nameErrors makes the actions of cmds, and of their subcommands, return
+// their errors as *commandError naming the command.
+func nameErrors(parent string, cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		name := strings.TrimSpace(parent + " " + cmd.Name)
+		if action := cmd.Action; action != nil {
+			cmd.Action = func(c *cli.Context) error {
+				if err := action(c); err != nil {
+					return &commandError{command: name, err: err}
+				}
+				return nil
+			}
+		}
+		nameErrors(name, cmd.Subcommands)
+	}
+}
+
+// exitStatus is where every error becomes gpuguard's exit status, and is
+// printed:
+//   - nil: 0;
+//   - a command's error: "gpuguard COMMAND: message" on stderr, and the
+//     status the error carries (exitcode.Of: 70 for one that carries none).
+//     An error that carries a status only (exitcode.Status: the job's own
+//     status, or a failure the command has reported itself) prints nothing;
+//   - urfave/cli's own errors (unknown flag, bad flag value): "gpuguard:
+//     message" and 64; those that carry a status (help on an unknown topic)
+//     exit with it, having said nothing.
+func exitStatus(err error, stderr io.Writer) int {
+	var cmdErr *commandError
+	var coder cli.ExitCoder
+	switch {
+	case err == nil:
+		return exitcode.OK
+	case errors.As(err, &cmdErr):
+		if !exitcode.Silent(cmdErr.err) {
+			fmt.Fprintf(stderr, "gpuguard %s: %v\n", cmdErr.command, cmdErr.err)
+		}
+		return exitcode.Of(cmdErr.err)
+	case errors.As(err, &coder):
+		return coder.ExitCode()
+	}
+	fmt.Fprintf(stderr, "gpuguard: %v\n", err)
+	return exitcode.Usage
+}
+
+// usageError is a command line that does not say what the command needs.
+func usageError(format string, a ...any) error {
+	return &exitcode.Error{Code: exitcode.Usage, Msg: fmt.Sprintf(format, a...)}
+}

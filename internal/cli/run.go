@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuguard/gpuguard/internal/exitcode"
+	"github.com/gpuguard/gpuguard/internal/supervisor"
+)
+
+// newRunCmd is `gpuguard run [flags] -- COMMAND [ARGS...]`. runF does the
+// work; nil means runRun.
+func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
+	if runF == nil {
+		runF = runRun
+	}
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a command under gpuguard",
+		ArgsUsage: "[flags] -- COMMAND [ARGS...]",
+		Description: "Starts COMMAND with allocator settings, shows its output live, keeps a log in the\n" +
+			"run directory, and when it dies of out-of-memory applies the policy and relaunches it\n" +
+			"from its last checkpoint. Exit status: the command's own, or 128+N when it died of\n" +
+			"signal N; gpuguard's own failures: 64 usage, 73 run directory, 78 policy,\n" +
+			"126 not executable, 127 not found.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "pty", Value: "auto", Usage: "run the command under a pseudo-terminal: auto (when stdout is a terminal), always, never"},
+			&cli.StringFlag{Name: "run-dir", Usage: "keep this run's log, events and state in `DIR` (default .gpuguard/runs/<time-id>)", EnvVars: []string{"GPUGUARD_RUN_DIR"}},
+			&cli.StringFlag{Name: "policy", Usage: "policy `FILE` or built-in preset name (default: gpuguard.yaml from here up to the repository root)", EnvVars: []string{"GPUGUARD_POLICY"}},
+			&cli.StringFlag{Name: "resume-run", Usage: "continue the run kept in `DIR` with the settings that fit"},
+			&cli.BoolFlag{Name: "no-env", Usage: "do not add allocator settings to the command's environment"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the command, environment and derived config the first attempt would get, and what each rule would change; start nothing"},
+			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time the job gets to exit after a stop signal before it is killed"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return usageError("no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]")
+			}
+			return runF(supervisor.Config{
+				Argv:      c.Args().Slice(),
+				PTY:       c.String("pty"),
+				RunDir:    c.String("run-dir"),
+				Policy:    c.String("policy"),
+				ResumeRun: c.String("resume-run"),
+				NoEnv:     c.Bool("no-env"),
+				DryRun:    c.Bool("dry-run"),
+				Grace:     c.Duration("grace"),
+				Stdin:     s.In,
+				Stdout:    s.Out,
+				Stderr:    s.ErrOut,
+			})
+		},
+	}
+}
+
+// runRun supervises the job. The supervisor says itself what went wrong,
+// so its status is returned with nothing more to print: the job's own
+// status, or one of gpuguard's (see the README's table).
+func runRun(cfg supervisor.Config) error {
+	return exitcode.Status(supervisor.Run(cfg))
+}
