@@ -42,20 +42,23 @@ func (l *loop) startWatcher() {
 
 // resumeRule is which checkpoints this run may resume from.
 func (l *loop) resumeRule() checkpoint.Resume {
-	return checkpoint.Resume{Choose: l.spec.Choose, Since: l.state.Started, EarlierRuns: l.spec.EarlierRuns}
+	return checkpoint.Resume{Choose: l.spec.Choose, Since: l.state.Started, EarlierRuns: l.spec.EarlierRuns, WritersGone: l.writersGone}
 }
 
 // latestCheckpoint is the checkpoint to resume from, or "": the best of what
 // the watcher saw (a rename into place is complete at once) and of a fresh
-// scan (a file that has been quiet long enough). A checkpoint the job wrote
-// just before it died may still be inside its quiet period: with wait, it
-// waits for it, at most the quiet period and one poll (the job is gone, so
-// the file cannot still be growing, unless another node writes it).
+// scan (a file that has been quiet long enough). Once the job's processes
+// are all gone (writersGone), nothing can still be writing, and the choice
+// is made at once (checkpoint.Resume.WritersGone). Otherwise a checkpoint the
+// job wrote just before it died may still be inside its quiet period: with
+// wait, it waits for it, at most the quiet period and one poll, and says so.
 func (l *loop) latestCheckpoint(wait bool) string {
 	if len(l.spec.Globs) == 0 {
 		return ""
 	}
-	deadline := time.Now().Add(l.spec.Quiet + l.spec.Poll)
+	bound := l.spec.Quiet + l.spec.Poll
+	deadline := time.Now().Add(bound)
+	announced := false
 	for {
 		var candidates []checkpoint.Checkpoint
 		if l.ckpts != nil {
@@ -81,6 +84,11 @@ func (l *loop) latestCheckpoint(wait bool) string {
 					displayPath(sel.Earlier.Path, l.wd), l.state.Started.Format(time.DateTime))
 			}
 			return ""
+		}
+		if !announced {
+			announced = true
+			l.status.Printf("waiting up to %s for %s to be complete (%s; processes of the job may still be writing it)",
+				bound.Round(time.Second), displayPath(sel.PendingOne.Path, l.wd), sel.PendingOne.Why)
 		}
 		var updates <-chan checkpoint.Checkpoint
 		if l.ckpts != nil {

@@ -48,6 +48,9 @@ type loop struct {
 	// runAttempt runs one attempt to its end: runOne (the job's processes,
 	// the memory sampler and the classifier), or a test's script.
 	runAttempt func(n int, p launchPlan) (attemptRow, classify.Verdict, AttemptResult, error)
+	// writersGone: when the last attempt's processes had all ended (zero
+	// while some survive): no checkpoint can change after it.
+	writersGone time.Time
 	// after is time.After; a test's records the waits.
 	after func(time.Duration) <-chan time.Time
 	// getpid is os.Getpid, for the plan's GPUGUARD_PID.
@@ -171,6 +174,10 @@ func (l *loop) attempts() int {
 		row, v, res, startErr := l.runAttempt(n, plan)
 		if startErr != nil {
 			return l.end(ExitCodeOf(startErr))
+		}
+		l.writersGone = time.Time{}
+		if res.Survivors == 0 {
+			l.writersGone = time.Now()
 		}
 		if res.Code == 0 {
 			row.decision = "done"

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -392,6 +393,52 @@ func TestOOMGrace(t *testing.T) {
 			if c.stopped {
 				wantContains(t, "stderr", lt.stderr.String(), "the job did not exit within 30s of its out-of-memory error: stopping it")
 			}
+		})
+	}
+}
+
+// A checkpoint the job finished writing just before it died is inside its
+// quiet period. Once the job's processes are all gone nothing can change
+// it, so the relaunch takes it at once; while a process survives, the loop
+// waits for the quiet period and says so.
+func TestLoopTakesASettledCheckpointWithoutWaiting(t *testing.T) {
+	for _, survivors := range []int{0, 1} {
+		t.Run(fmt.Sprintf("survivors=%d", survivors), func(t *testing.T) {
+			var ckpt string
+			lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, nil,
+				func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+					ckpt = lt.checkpointAt(t, "ckpt/step_100.pt")
+					// quiet is 10s: inside it, and out of it a second later.
+					when := time.Now().Add(-9 * time.Second)
+					if err := os.Chtimes(ckpt, when, when); err != nil {
+						t.Fatal(err)
+					}
+					return trainOOM, AttemptResult{Code: 1, Survivors: survivors}
+				},
+				exitWith(0, classify.Verdict{}))
+			if code := lt.attempts(); code != 0 {
+				t.Fatalf("exit %d\n%s", code, lt.stderr.String())
+			}
+			polls := 0
+			for _, d := range lt.waits {
+				if d == 200*time.Millisecond {
+					polls++
+				}
+			}
+			out := lt.stderr.String()
+			if survivors == 0 {
+				if polls != 0 || strings.Contains(out, "waiting up to") {
+					t.Errorf("waited for the checkpoint (%d polls) though the job's processes are gone:\n%s", polls, out)
+				}
+				if lt.plans[1].ckpt != ckpt {
+					t.Errorf("attempt 2 resumes from %q, want %q", lt.plans[1].ckpt, ckpt)
+				}
+				return
+			}
+			if polls == 0 {
+				t.Errorf("did not wait for the quiet period while a process of the job survives")
+			}
+			wantContains(t, "stderr", out, "waiting up to 20s for ckpt/step_100.pt to be complete (last change ")
 		})
 	}
 }

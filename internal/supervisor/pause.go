@@ -2,8 +2,11 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 )
 
@@ -26,7 +29,19 @@ func (l *loop) pause(backoff time.Duration) bool {
 	}()
 	if l.releaseBaseline != nil {
 		start := time.Now()
-		if err := gpu.WaitRelease(ctx, l.gpu, nil, l.releaseBaseline, 0, 0); err != nil && ctx.Err() == nil {
+		announce := func(held []gpu.Holding, timeout time.Duration) {
+			var parts []string
+			for _, h := range held {
+				if h.Lost {
+					parts = append(parts, h.ID+" lost")
+					continue
+				}
+				parts = append(parts, fmt.Sprintf("%s: %s in use, %s before the attempt",
+					h.ID, humanize.Bytes(h.UsedBytes), humanize.Bytes(h.BaselineBytes)))
+			}
+			l.job.Status.Printf("waiting up to %s for the GPU memory of the last attempt to be released (%s)", timeout, strings.Join(parts, "; "))
+		}
+		if err := gpu.WaitRelease(ctx, l.gpu, nil, l.releaseBaseline, 0, 0, announce); err != nil && ctx.Err() == nil {
 			l.job.Status.Printf("warning: %v", err)
 		} else if waited := time.Since(start); waited > time.Second {
 			l.job.Status.Printf("waited %s for the GPU memory of the last attempt to be released", waited.Round(100*time.Millisecond))

@@ -77,6 +77,10 @@ type Checkpoint struct {
 	// Complete: safe to resume from. Never true for a checkpoint still being
 	// written, as far as the rules can tell (see Why and docs/checkpoints.md).
 	Complete bool
+	// Settling: not complete only because it changed within the quiet
+	// period. Once nothing can write it any more, it is complete if it had
+	// stopped changing before its writer ended (see Resume.WritersGone).
+	Settling bool
 	// Why says which rule decided Complete, in words: "renamed into place",
 	// "marker trainer_state.json present", "no change for 12s (quiet 10s)",
 	// "last change 3s ago; ...", "empty file", ...
@@ -324,6 +328,7 @@ func (cs *ckptSpec) evaluate(f ckptFound, now time.Time, obs ckptObs) (Checkpoin
 	case age < 0:
 		c.Why = why(fmt.Sprintf("modified %s in the future (clock skew?); complete after %s without changes", (-age).Round(time.Millisecond), cs.quiet))
 	case age < cs.quiet:
+		c.Settling = true
 		c.Why = why(fmt.Sprintf("last change %s ago; complete after %s without changes", age.Round(time.Millisecond), cs.quiet))
 	default:
 		c.Complete = true

@@ -15,6 +15,22 @@ type Resume struct {
 	Since time.Time
 	// EarlierRuns allows checkpoints written before Since.
 	EarlierRuns bool
+	// WritersGone is when every process that could write a checkpoint had
+	// ended (zero: some may still run). From then on nothing changes: a
+	// checkpoint that had stopped changing ClockSlack before it is complete
+	// whatever its quiet period says, one that changed later was being
+	// written when its writer died and is passed over, and waiting tells
+	// nothing more (Selection.Pending stays false).
+	WritersGone time.Time
+}
+
+// complete reports whether c may be resumed from as far as its writing
+// goes (see WritersGone).
+func (r Resume) complete(c Checkpoint) bool {
+	if c.Complete {
+		return true
+	}
+	return c.Settling && !r.WritersGone.IsZero() && !c.ModTime.After(r.WritersGone.Add(-ClockSlack))
 }
 
 // OfThisRun reports whether c may be resumed from under r: written since the
@@ -34,8 +50,10 @@ type Selection struct {
 	// earlier run wrote it (nil when none was).
 	Earlier *Checkpoint
 	// Pending: a checkpoint of this run that would beat Best is still being
-	// written (not complete yet, and not empty). The caller may wait for it.
-	Pending bool
+	// written (not complete yet, and not empty): PendingOne, the best such.
+	// The caller may wait for it.
+	Pending    bool
+	PendingOne Checkpoint
 }
 
 // Select chooses the checkpoint to resume from among candidates (what a
@@ -47,8 +65,12 @@ func Select(r Resume, candidates []Checkpoint) Selection {
 	var earlier Checkpoint
 	hasEarlier := false
 	for _, c := range candidates {
-		if !c.Complete {
+		if !r.complete(c) {
 			continue
+		}
+		if !c.Complete {
+			c.Complete = true
+			c.Why = "unchanged since before the job ended (" + c.Why + ")"
 		}
 		if !r.OfThisRun(c) {
 			if !hasEarlier || Better(r.Choose, c, earlier) {
@@ -61,14 +83,14 @@ func Select(r Resume, candidates []Checkpoint) Selection {
 		}
 	}
 	for _, c := range candidates {
-		if c.Complete || c.Size == 0 || !r.OfThisRun(c) {
+		if !r.WritersGone.IsZero() || r.complete(c) || c.Size == 0 || !r.OfThisRun(c) {
 			continue
 		}
 		// Compare as if it were complete: would it be chosen once it is?
 		done := c
 		done.Complete = true
-		if !s.Found || Better(r.Choose, done, s.Best) {
-			s.Pending = true
+		if (!s.Found || Better(r.Choose, done, s.Best)) && (!s.Pending || Better(r.Choose, c, s.PendingOne)) {
+			s.Pending, s.PendingOne = true, c
 		}
 	}
 	if hasEarlier {

@@ -18,6 +18,8 @@ func TestSelect(t *testing.T) {
 	writing := ck("out/step_300.ckpt", step(300), 4*time.Minute, false)
 	empty := writing
 	empty.Size = 0
+	settling := writing // incomplete only for its quiet period
+	settling.Settling = true
 
 	cases := []struct {
 		name    string
@@ -39,6 +41,13 @@ func TestSelect(t *testing.T) {
 		{"no run start: everything counts", Resume{}, []Checkpoint{old, s100}, "out/step_100.ckpt", "", false},
 		{"within the clock slack of the start", Resume{Since: t0.Add(time.Minute + ClockSlack/2)}, []Checkpoint{s100}, "out/step_100.ckpt", "", false},
 		{"nothing", Resume{Since: t0}, nil, "", "", false},
+		// The job's processes are all gone: no waiting. A file that stopped
+		// changing before the end is complete; one written up to the end was
+		// torn by the death and the one before it is taken.
+		{"writers gone: settled before the end", Resume{Since: t0, WritersGone: t0.Add(10 * time.Minute)}, []Checkpoint{s100, settling}, "out/step_300.ckpt", "", false},
+		{"writers gone: written up to the end", Resume{Since: t0, WritersGone: t0.Add(4*time.Minute + time.Second)}, []Checkpoint{s100, settling}, "out/step_100.ckpt", "", false},
+		{"writers gone: a torn directory is never complete", Resume{Since: t0, WritersGone: t0.Add(10 * time.Minute)}, []Checkpoint{s100, writing}, "out/step_100.ckpt", "", false},
+		{"writers alive: settling is pending", Resume{Since: t0}, []Checkpoint{s100, settling}, "out/step_100.ckpt", "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -69,12 +69,14 @@ func (e *ReleaseError) Unwrap() error { return ErrNotReleased }
 // DefaultReleaseTimeout; it polls every DefaultReleasePoll. It returns nil at
 // once for a probe that is not available (no GPU, no driver), nil when the
 // memory is released, a *ReleaseError at the deadline or as soon as a
-// device is lost, and ctx.Err() when ctx ends first.
-func WaitRelease(ctx context.Context, gpu Probe, devices []Device, baseline []Sample, tolerance uint64, timeout time.Duration) error {
-	return waitRelease(ctx, gpu, devices, baseline, tolerance, timeout, DefaultReleasePoll)
+// device is lost, and ctx.Err() when ctx ends first. onWait, when not nil,
+// is called once, when the first look finds memory still held, with what
+// holds it and the longest wait: the caller says what it waits for.
+func WaitRelease(ctx context.Context, gpu Probe, devices []Device, baseline []Sample, tolerance uint64, timeout time.Duration, onWait func(holding []Holding, timeout time.Duration)) error {
+	return waitRelease(ctx, gpu, devices, baseline, tolerance, timeout, DefaultReleasePoll, onWait)
 }
 
-func waitRelease(ctx context.Context, gpu Probe, devices []Device, baseline []Sample, tolerance uint64, timeout, poll time.Duration) error {
+func waitRelease(ctx context.Context, gpu Probe, devices []Device, baseline []Sample, tolerance uint64, timeout, poll time.Duration, onWait func([]Holding, time.Duration)) error {
 	if gpu == nil {
 		return nil
 	}
@@ -137,6 +139,10 @@ func waitRelease(ctx context.Context, gpu Probe, devices []Device, baseline []Sa
 		}
 		if seen == len(want) && len(last) == 0 {
 			return nil
+		}
+		if onWait != nil {
+			onWait(last, timeout)
+			onWait = nil
 		}
 		select {
 		case <-ctx.Done():

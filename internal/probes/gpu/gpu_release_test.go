@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu/gputest"
 )
@@ -38,9 +37,15 @@ func TestWaitGPUReleaseReleased(t *testing.T) {
 	baseline, _ := f.Sample(context.Background(), nil)
 	f.Set("gpu0", 60*memGiB) // the dead attempt's memory, being torn down
 	g := &memReleasingGPU{Fake: f, step: 20 * memGiB, floor: 2*memGiB + 100<<20}
-	err := gpu.WaitReleaseEvery(context.Background(), g, nil, baseline, 0, time.Minute, time.Millisecond)
+	var announced []gpu.Holding
+	calls := 0
+	err := gpu.WaitReleaseEvery(context.Background(), g, nil, baseline, 0, time.Minute, time.Millisecond,
+		func(h []gpu.Holding, timeout time.Duration) { announced, calls = append(announced, h...), calls+1 })
 	if err != nil {
 		t.Fatalf("err = %v", err)
+	}
+	if calls != 1 || len(announced) != 1 || announced[0].ID != "gpu0" || announced[0].UsedBytes != 60*memGiB {
+		t.Errorf("the wait was announced %d times, with %+v; want once, gpu0 at 60 GiB", calls, announced)
 	}
 	if f.Calls() != 1+4 { // baseline, then 60 -> 40 -> 20 -> 2.1 (within 512 MiB): the 4th sample is released
 		t.Errorf("sampled %d times", f.Calls())
@@ -52,7 +57,7 @@ func TestWaitGPUReleaseTimeout(t *testing.T) {
 	f.Set("gpu0", 2*memGiB)
 	baseline, _ := f.Sample(context.Background(), nil)
 	f.Set("gpu0", 30*memGiB) // an orphaned worker keeps it
-	err := gpu.WaitReleaseEvery(context.Background(), f, nil, baseline, 0, 20*time.Millisecond, time.Millisecond)
+	err := gpu.WaitReleaseEvery(context.Background(), f, nil, baseline, 0, 20*time.Millisecond, time.Millisecond, nil)
 	var re *gpu.ReleaseError
 	if !errors.Is(err, gpu.ErrNotReleased) || !errors.As(err, &re) {
 		t.Fatalf("err = %v", err)
@@ -69,7 +74,7 @@ func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
 	f := gputest.NewFake(1, 80*memGiB)
 	baseline, _ := f.Sample(context.Background(), nil)
 	f.Lose("gpu0", true)
-	err := gpu.WaitReleaseEvery(context.Background(), f, nil, baseline, 0, time.Hour, time.Hour)
+	err := gpu.WaitReleaseEvery(context.Background(), f, nil, baseline, 0, time.Hour, time.Hour, nil)
 	var re *gpu.ReleaseError
 	if !errors.As(err, &re) || !re.Holding[0].Lost || !strings.Contains(err.Error(), "is lost") {
 		t.Errorf("lost GPU: %v", err)
@@ -78,23 +83,15 @@ func TestWaitGPUReleaseLostAndCancelAndNull(t *testing.T) {
 	f.Set("gpu0", 50*memGiB)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := gpu.WaitReleaseEvery(ctx, f, nil, baseline, 0, time.Hour, time.Hour); !errors.Is(err, context.Canceled) {
+	if err := gpu.WaitReleaseEvery(ctx, f, nil, baseline, 0, time.Hour, time.Hour, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 	// The null probe returns at once, whatever the baseline says.
-	if err := gpu.WaitRelease(context.Background(), gpu.None("no driver"), nil, baseline, 0, time.Hour); err != nil {
+	if err := gpu.WaitRelease(context.Background(), gpu.None("no driver"), nil, baseline, 0, time.Hour, nil); err != nil {
 		t.Errorf("null probe: %v", err)
 	}
 	// A device without a baseline is not waited for.
-	if err := gpu.WaitRelease(context.Background(), f, nil, nil, 0, time.Hour); err != nil {
+	if err := gpu.WaitRelease(context.Background(), f, nil, nil, 0, time.Hour, nil); err != nil {
 		t.Errorf("no baseline: %v", err)
-	}
-}
-
-func TestFormatBytes(t *testing.T) {
-	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 2048: "2 KiB", 512 << 20: "512 MiB", 39*memGiB + memGiB/2: "39.50 GiB", 2 << 40: "2.00 TiB"} {
-		if got := humanize.Bytes(in); got != want {
-			t.Errorf("humanize.Bytes(%d) = %q, want %q", in, got, want)
-		}
 	}
 }
