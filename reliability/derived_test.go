@@ -11,7 +11,7 @@ import (
 // A knob whose value in the user's YAML config is empty but anchored
 // ("crop: &c", YAML null with an anchor) is written into the derived copy
 // so that it reads back as the new value. Found by FuzzDeriveConfig (input
-// kept in policy/testdata/fuzz/FuzzDeriveConfig): the copy said "crop: 512 &c",
+// kept in internal/policy/testdata/fuzz/FuzzDeriveConfig): the copy said "crop: 512 &c",
 // which YAML reads as the string "512 &c". See docs/reliability.md,
 // finding 1.
 func TestDerivedConfigAnchoredEmptyValue(t *testing.T) {

@@ -17,7 +17,7 @@
 // The package has no code of its own: everything is in its tests. The test
 // binary plays every program the tests need (see TestMain): gpuguard
 // itself (supervisor.Run, as main.go calls it), its watchdog, the fake
-// trainer of supervisor/supervisortest, and the jobs of jobs_test.go.
+// trainer of internal/supervisor/supervisortest, and the jobs of jobs_test.go.
 //
 //	go test ./reliability                      # a quarter of the counts (about 85 s on 2 busy cores)
 //	go test -short ./reliability               # a fortieth (about 20 s)
