@@ -16,6 +16,11 @@
 //	go run ./bench/latency                       # 5 runs × 10 relaunches per launcher
 //	go run ./bench/latency -runs 20 -relaunches 10
 //
+// It also measures the case where each attempt saved a checkpoint (a plain
+// write, as torch.save does) 5 s before it dies, inside the checkpoint quiet
+// period, and the next attempt is resumed from it: once the job's processes
+// are gone the checkpoint is chosen at once, with no quiet period to wait out.
+//
 // The machine's load average is printed with the figures: on a shared
 // machine they are upper bounds.
 package main
@@ -79,6 +84,15 @@ func job(dir string) int {
 	fmt.Fprintf(f, "start %d %d\n", n, start)
 	code := 0
 	if n <= k {
+		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil {
+			// Saved in place, as torch.save does, some steps before the
+			// OOM (its time set back 5 s, well inside the 10 s quiet period).
+			os.MkdirAll(filepath.Join(dir, "ckpt"), 0o755)
+			ckpt := filepath.Join(dir, "ckpt", fmt.Sprintf("step_%d.pt", n*100))
+			os.WriteFile(ckpt, make([]byte, 1<<20), 0o644)
+			saved := time.Now().Add(-5 * time.Second)
+			os.Chtimes(ckpt, saved, saved)
+		}
 		os.Stderr.WriteString("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n")
 		code = 1
 	}
@@ -116,6 +130,11 @@ budget:
   relaunches: %d
   per_kind: {gpu_oom: %d}
 backoff: {initial: 0s}
+checkpoints:
+  globs: [ckpt/step_*.pt]
+  choose: highest_step
+  pass: {flag: --resume}
+  earlier_runs: true   # the attempts last milliseconds: a save dated 5 s back predates the run
 `
 
 // latencies reads DIR/times and returns exit(i) → start(i+1) per relaunch.
@@ -199,22 +218,29 @@ func bench() int {
 		bare = append(bare, l...)
 	}
 	fmt.Printf("load average: %s\n", loadavg())
-	fmt.Printf("%-26s %8s %10s %10s %10s\n", "relaunched by", "samples", "median", "p95", "max")
+	fmt.Printf("%-38s %8s %10s %10s %10s\n", "relaunched by", "samples", "median", "p95", "max")
 	report("bare exec loop", bare)
 	bareMedian := pct(bare, 50)
 
-	for _, mode := range []string{"never", "always"} {
+	for _, c := range []struct {
+		mode  string
+		ckpts bool
+	}{{"never", false}, {"always", false}, {"never", true}} {
 		var all []time.Duration
 		for r := 0; r < *runs; r++ {
-			l, err := measure(self, base, pol, mode, *k)
+			l, err := measure(self, base, pol, c.mode, *k, c.ckpts)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "latency:", err)
 				return 1
 			}
 			all = append(all, l...)
 		}
-		report("gpuguard --pty "+mode, all)
-		fmt.Printf("%-26s median %.1f× the bare loop's; p95 %s against the 200ms target\n", "", float64(pct(all, 50))/float64(bareMedian), verdict(pct(all, 95)))
+		name := "gpuguard --pty " + c.mode
+		if c.ckpts {
+			name += ", checkpoints"
+		}
+		report(name, all)
+		fmt.Printf("%-38s median %.1f× the bare loop's; p95 %s against the 200ms target\n", "", float64(pct(all, 50))/float64(bareMedian), verdict(pct(all, 95)))
 	}
 	fmt.Printf("load average: %s\n", loadavg())
 	return 0
@@ -223,10 +249,15 @@ func bench() int {
 // measure runs gpuguard (self in its -gpuguard role) once, with the
 // policy file pol and --pty mode, on a job that dies of OOM k times, and
 // returns the k relaunch latencies.
-func measure(self, base, pol, mode string, k int) ([]time.Duration, error) {
+func measure(self, base, pol, mode string, k int, ckpts bool) ([]time.Duration, error) {
 	dir, err := prepare(base, k)
 	if err != nil {
 		return nil, err
+	}
+	if ckpts {
+		if err := os.WriteFile(filepath.Join(dir, "checkpoints"), nil, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	cmd := exec.Command(self, "-gpuguard", "--pty", mode, "--policy", pol, "--run-dir", filepath.Join(dir, "rundir"), "--",
 		self, "-job", dir, "--batch-size", "1048576")
@@ -242,6 +273,9 @@ func measure(self, base, pol, mode string, k int) ([]time.Duration, error) {
 	if len(l) != k {
 		return nil, fmt.Errorf("gpuguard --pty %s relaunched %d times, want %d:\n%s", mode, len(l), k, out)
 	}
+	if ckpts && !strings.Contains(string(out), fmt.Sprintf("--resume %s", filepath.Join(dir, "ckpt", fmt.Sprintf("step_%d.pt", k*100)))) {
+		return nil, fmt.Errorf("gpuguard --pty %s did not resume from the last checkpoint:\n%s", mode, out)
+	}
 	return l, nil
 }
 
@@ -253,7 +287,7 @@ func verdict(d time.Duration) string {
 }
 
 func report(name string, d []time.Duration) {
-	fmt.Printf("%-26s %8d %10s %10s %10s\n", name, len(d), ms(pct(d, 50)), ms(pct(d, 95)), ms(pct(d, 100)))
+	fmt.Printf("%-38s %8d %10s %10s %10s\n", name, len(d), ms(pct(d, 50)), ms(pct(d, 95)), ms(pct(d, 100)))
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }

@@ -40,8 +40,12 @@ func TestMeasure(t *testing.T) {
 	if err := os.WriteFile(pol, fmt.Appendf(nil, policyText, 3, 3), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"never", "always"} {
-		l, err := measure(self, base, pol, mode, 3)
+	for _, c := range []struct {
+		mode  string
+		ckpts bool
+	}{{"never", false}, {"always", false}, {"never", true}} {
+		mode := c.mode
+		l, err := measure(self, base, pol, mode, 3, c.ckpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +56,7 @@ func TestMeasure(t *testing.T) {
 		}
 	}
 	// One more OOM than the budget: gpuguard gives up, with the job's status.
-	if _, err := measure(self, base, pol, "never", 4); err == nil {
+	if _, err := measure(self, base, pol, "never", 4, false); err == nil {
 		t.Error("a job that dies of OOM once more than the budget allows was measured as relaunched")
 	}
 }
