@@ -19,7 +19,7 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Exit codes of report and doctor (BSD sysexits, as gpuguard's own codes
@@ -34,7 +34,7 @@ const (
 )
 
 // EventsFile is the name of the event log in a run directory.
-const EventsFile = rundir.Events
+const EventsFile = record.Events
 
 // Options are the inputs of `gpuguard report`.
 type Options struct {

@@ -28,20 +28,20 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // StateFile is the run directory's record of where the run stands, written
 // atomically after every decision, so that `gpuguard run --resume-run DIR`
 // (or a Slurm requeue) continues with the settings that fit rather than
 // starting again at those that failed.
-const StateFile = rundir.State
+const StateFile = record.State
 
 // DerivedDir is the run directory's folder for derived config copies.
-const DerivedDir = rundir.Derived
+const DerivedDir = record.Derived
 
 // TimelineFile is the run directory's memory timeline.
-const TimelineFile = rundir.Timeline
+const TimelineFile = record.Timeline
 
 // runState is the content of state.json.
 type runState struct {

@@ -19,14 +19,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Files of a run directory.
 const (
-	OutputLogName = rundir.OutputLog
-	EventsName    = rundir.Events
-	GpuguardLog   = rundir.GpuguardLog
+	OutputLogName = record.OutputLog
+	EventsName    = record.Events
+	GpuguardLog   = record.GpuguardLog
 )
 
 // logFlushDelay bounds how long output sits in output.log's buffer.
