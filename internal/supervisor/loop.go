@@ -28,6 +28,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -42,34 +43,6 @@ const DerivedDir = record.Derived
 
 // TimelineFile is the run directory's memory timeline.
 const TimelineFile = record.Timeline
-
-// runState is the content of state.json.
-type runState struct {
-	Version    int      `json:"version"`
-	Argv       []string `json:"argv"`   // the user's command
-	Policy     string   `json:"policy"` // the policy file it ran with ("" for none)
-	Attempt    int      `json:"attempt"`
-	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
-	// Started is when the run began (kept across --resume-run and Slurm
-	// requeues): checkpoints older than that belong to earlier runs.
-	Started  time.Time    `json:"started,omitzero"`
-	Policies policy.State `json:"state"`
-	Done     bool         `json:"done"`      // the run ended (success or give-up)
-	ExitCode int          `json:"exit_code"` // when Done
-	// History is what each attempt died of and how high its memory went,
-	// so that a person (or the next decision) sees the peaks.
-	History []attemptState `json:"history,omitempty"`
-}
-
-// attemptState is one attempt in state.json.
-type attemptState struct {
-	Attempt  int            `json:"attempt"`
-	ExitCode int            `json:"exit_code"`
-	Kind     classify.Kind  `json:"kind"`
-	Phase    classify.Phase `json:"phase,omitempty"`
-	LastStep *int64         `json:"last_step,omitempty"`
-	Memory   memory.Summary `json:"memory"`
-}
 
 // maxHistory bounds state.json on runs with many relaunches.
 const maxHistory = 20
@@ -89,7 +62,7 @@ type loop struct {
 	wd    string
 	pol   *policy.Policy // nil: no policy; the job runs once
 	pjob  policy.Job
-	state runState
+	state rundir.RunState
 
 	job    *Job
 	log    *zap.Logger
@@ -157,7 +130,7 @@ func runLoop(cfg Config) int {
 	l.job = job
 	l.log = job.Logger
 	if l.pol != nil {
-		job.RunDir.Event("policy", map[string]any{"file": l.pol.File(), "knobs": l.state.Policies.Values, "rules": l.pol.Rules()})
+		job.RunDir.Write(record.Policy{File: l.pol.File(), Knobs: rundir.Knobs(l.state.Policies.Values), Rules: l.pol.Rules()})
 	}
 	l.slurm = l.startSlurm() // Slurm hook (supervisor/slurm.go)
 	defer l.slurm.close()
@@ -204,7 +177,7 @@ func (l *loop) loadPolicy(status *Status) int {
 		return ExitConfig
 	}
 	l.pol = pol
-	l.state = runState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
+	l.state = rundir.RunState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
 	return 0
 }
 
@@ -232,7 +205,7 @@ func (l *loop) resolveRunDir(status *Status) int {
 		status.Printf("cannot resume: %v (give the directory of an earlier gpuguard run)", err)
 		return ExitCantCreate
 	}
-	var st runState
+	var st rundir.RunState
 	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
 		status.Printf("cannot resume: %s is not a gpuguard state file (%v); start a new run instead", filepath.Join(l.cfg.ResumeRun, StateFile), err)
 		return ExitConfig
@@ -290,7 +263,7 @@ func (l *loop) attempts() int {
 		argv, env, notes, err := l.render(n, ckpt)
 		if err != nil {
 			l.job.Status.Printf("attempt %d: %v", n, err)
-			rd.Event("error", map[string]any{"attempt": n, "error": err.Error()})
+			rd.Write(record.Error{Attempt: n, Error: err.Error()})
 			return l.end(ExitConfig)
 		}
 		for _, note := range notes {
@@ -401,7 +374,7 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, class
 		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
 		OnWarning: func(w memory.Warning) {
 			status.Printf("warning: %s", w.Message)
-			rd.Event("warning", map[string]any{"attempt": n, "kind": w.Kind, "message": w.Message, "warning": w})
+			rd.Write(record.Warning{Attempt: n, Kind: w.Kind, Message: w.Message, Warning: w})
 		},
 	})
 
@@ -435,9 +408,9 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, class
 				}
 			case classify.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
-				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
+				rd.Write(record.Phase{Attempt: n, Phase: ev.Phase, Line: ev.Line, Stream: stream})
 			case classify.EventFailure:
-				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
+				rd.Write(record.Failure{Attempt: n, Kind: ev.Kind, Line: ev.Line, Stream: stream, Text: ev.Text})
 				if isMemory(ev.Kind) {
 					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
@@ -508,7 +481,7 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, class
 				}
 			}()
 		},
-		Ended: func(r AttemptResult) map[string]any {
+		Ended: func(r AttemptResult, end *record.AttemptEnd) {
 			cancel()
 			sampled.Wait()
 			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
@@ -518,19 +491,15 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, class
 			cls.Exit(exit)
 			verdict = cls.Verdict()
 			summary := sampler.Summary()
-			rd.Event("memory", map[string]any{"attempt": n, "summary": summary})
+			rd.Write(record.Memory{Attempt: n, Summary: summary})
 			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)
-			l.state.History = append(l.state.History, attemptState{
+			l.state.History = append(l.state.History, rundir.AttemptState{
 				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
 			})
 			if len(l.state.History) > maxHistory {
 				l.state.History = l.state.History[len(l.state.History)-maxHistory:]
 			}
-			fields := map[string]any{"verdict": verdict, "checkpoint": ckpt}
-			if verdict.Step != nil {
-				fields["last_step"] = *verdict.Step
-			}
-			return fields
+			end.Verdict, end.Checkpoint, end.LastStep = &verdict, ckpt, verdict.Step
 		},
 	})
 	l.slurm.launch(false) // a start that failed never attached
@@ -736,18 +705,18 @@ func (l *loop) pause(backoff time.Duration) bool {
 
 // journalDecision records a decision in events.jsonl.
 func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
-	changes := make([]map[string]string, 0, len(d.Changes))
+	changes := make([]record.Change, 0, len(d.Changes))
 	for _, c := range d.Changes {
 		name := c.Knob
 		if name == "" {
 			name = c.Env
 		}
-		changes = append(changes, map[string]string{"name": name, "old": c.Old, "new": c.New})
+		changes = append(changes, record.Change{Name: name, Old: record.Text(c.Old), New: record.Text(c.New)})
 	}
-	l.job.RunDir.Event("decision", map[string]any{
-		"attempt": n, "verb": d.Verb, "rule": d.Rule, "step": d.Step, "changes": changes,
-		"backoff_s": d.Backoff.Seconds(), "reason": d.Reason, "checkpoint": ckpt,
-		"knobs": d.State.Values,
+	l.job.RunDir.Write(record.Decision{
+		Attempt: n, Verb: string(d.Verb), Rule: d.Rule, Step: d.Step, Changes: changes,
+		BackoffS: d.Backoff.Seconds(), Reason: d.Reason, Checkpoint: ckpt,
+		Knobs: rundir.Knobs(d.State.Values),
 	})
 }
 
