@@ -147,25 +147,21 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), unwrapPath(err))
 	}
 	defer f.Close()
+	entries, _, err := record.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), err)
+	}
 	var spans []attemptSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			Type      string `json:"type"`
-			Attempt   int    `json:"attempt"`
-			LogOffset *int64 `json:"log_offset"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Type != "attempt_start" {
+	for _, e := range entries {
+		ev, _ := e.Event()
+		start, ok := ev.(record.AttemptStart)
+		if !ok {
 			continue
 		}
-		if ev.LogOffset == nil {
+		if start.LogOffset == nil {
 			return nil, nil // written by a gpuguard that did not record offsets
 		}
-		spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), err)
+		spans = append(spans, attemptSpan{attempt: start.Attempt, offset: *start.LogOffset})
 	}
 	return spans, nil
 }
