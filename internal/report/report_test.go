@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -358,5 +360,44 @@ func runSamples(t *testing.T, s *memory.Sampler, pid, n int, advance func()) {
 	<-done
 	if got := s.Summary().Samples - before; got != n {
 		t.Fatalf("took %d samples, want %d", got, n)
+	}
+}
+
+// Each signal says what gpuguard did with it, as the supervisor records it
+// (record.Signal's action).
+func TestReportSignals(t *testing.T) {
+	dir := t.TempDir()
+	ev := strings.Join([]string{
+		`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`,
+		`{"time":"2026-03-01T09:00:01Z","type":"signal","signal":"SIGUSR1","action":"no job","pid":0}`,
+		`{"time":"2026-03-01T09:00:02Z","type":"signal","signal":"SIGTERM","action":"forwarded","pid":7}`,
+		`{"time":"2026-03-01T09:00:03Z","type":"signal","signal":"SIGINT","action":"killed","pid":7}`,
+		`{"time":"2026-03-01T09:00:04Z","type":"signal","signal":"SIGHUP"}`,
+	}, "\n")
+	os.WriteFile(filepath.Join(dir, EventsFile), []byte(ev), 0o644)
+	code, out, errs := runReport(t, Options{RunDir: dir})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"signal SIGUSR1 at ", " (no job was running)\n", "signal SIGTERM at ", " (forwarded to the job)\n",
+		"signal SIGINT at ", " (second signal: the job was killed)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  signal SIGHUP at \d\d:\d\d:\d\d$`).MatchString(out) {
+		t.Errorf("a signal without an action:\n%s", out)
+	}
+	_, out, _ = runReport(t, Options{RunDir: dir, JSON: true})
+	var run Run
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatal(err)
+	}
+	var forwarded []bool
+	for _, s := range run.Signals {
+		forwarded = append(forwarded, s.Forwarded)
+	}
+	if len(run.Signals) != 4 || run.Signals[1].Action != "forwarded" || !reflect.DeepEqual(forwarded, []bool{false, true, false, false}) {
+		t.Errorf("signals %+v", run.Signals)
 	}
 }
