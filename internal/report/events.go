@@ -110,16 +110,7 @@ type Signal struct {
 // line that is not an event is listed in Problems.
 func readEvents(r io.Reader, runDir string) (*Run, error) {
 	run := &Run{RunDir: runDir}
-	byN := map[int]*Attempt{}
-	attempt := func(n int) *Attempt {
-		if a := byN[n]; a != nil {
-			return a
-		}
-		a := &Attempt{N: n}
-		byN[n] = a
-		run.Attempts = append(run.Attempts, a)
-		return a
-	}
+	f := &folder{run: run, byN: map[int]*Attempt{}}
 	entries, bad, err := record.Read(r)
 	type problem struct {
 		line int
@@ -131,7 +122,7 @@ func readEvents(r io.Reader, runDir string) (*Run, error) {
 	}
 	good := 0
 	for _, e := range entries {
-		if perr := applyEvent(run, e, attempt); perr != nil {
+		if perr := f.apply(e); perr != nil {
 			problems = append(problems, problem{e.Line, perr})
 		} else {
 			good++
@@ -154,9 +145,29 @@ func readEvents(r io.Reader, runDir string) (*Run, error) {
 	return run, nil
 }
 
-// applyEvent folds one event into the run. Fields of an unexpected type read
-// as absent, except a memory summary that cannot be read, which is an error.
-func applyEvent(run *Run, e record.Entry, attempt func(int) *Attempt) error {
+// folder folds the events of a journal, in order, into a Run.
+type folder struct {
+	run *Run
+	byN map[int]*Attempt
+	// knobs are the values the next attempt gets: the policy event's, then
+	// each decision's (attempt_start does not repeat them).
+	knobs map[string]record.Value
+}
+
+func (f *folder) attempt(n int) *Attempt {
+	if a := f.byN[n]; a != nil {
+		return a
+	}
+	a := &Attempt{N: n}
+	f.byN[n] = a
+	f.run.Attempts = append(f.run.Attempts, a)
+	return a
+}
+
+// apply folds one event into the run. Fields of an unexpected type read as
+// absent, except a memory summary that cannot be read, which is an error.
+func (f *folder) apply(e record.Entry) error {
+	run, attempt := f.run, f.attempt
 	t := e.Time
 	tp := func() *time.Time {
 		if t.IsZero() {
@@ -190,6 +201,11 @@ func applyEvent(run *Run, e record.Entry, attempt func(int) *Attempt) error {
 	case record.RunEnd:
 		run.End = tp()
 		run.ExitCode = intIf("exit_code", ev.ExitCode)
+	case record.Policy:
+		if run.Policy == "" {
+			run.Policy = ev.File
+		}
+		f.knobs = ev.Knobs
 	case record.Signal:
 		run.Signals = append(run.Signals, Signal{Time: t, Signal: ev.Signal, Action: ev.Action,
 			Forwarded: ev.Action == record.SignalForwarded})
@@ -201,9 +217,13 @@ func applyEvent(run *Run, e record.Entry, attempt func(int) *Attempt) error {
 		a.Start = tp()
 		a.Argv = ev.Argv
 		a.EnvChanges = ev.EnvChanges
-		if len(ev.Knobs) > 0 {
+		knobs := ev.Knobs
+		if len(knobs) == 0 {
+			knobs = f.knobs
+		}
+		if len(knobs) > 0 {
 			a.Knobs = map[string]any{}
-			for k, v := range ev.Knobs {
+			for k, v := range knobs {
 				a.Knobs[k] = valueOf(v)
 			}
 		}
@@ -220,6 +240,9 @@ func applyEvent(run *Run, e record.Entry, attempt func(int) *Attempt) error {
 		a.DurationS = floatIf("duration_s", ev.DurationS)
 		a.LastStep = ev.LastStep
 		a.Verdict = ev.Verdict
+		if a.Checkpoint == "" {
+			a.Checkpoint = ev.Checkpoint
+		}
 	case record.Phase:
 		if ev.Attempt > 0 {
 			a := attempt(ev.Attempt)
@@ -255,6 +278,9 @@ func applyEvent(run *Run, e record.Entry, attempt func(int) *Attempt) error {
 				d.Changes = append(d.Changes, Change{Name: c.Name, Old: valueOf(c.Old), New: valueOf(c.New)})
 			}
 			attempt(ev.Attempt).Decision = d
+		}
+		if ev.Knobs != nil {
+			f.knobs = ev.Knobs
 		}
 	}
 	return nil
