@@ -176,18 +176,6 @@ func (f *folder) apply(e record.Entry) error {
 		tt := t
 		return &tt
 	}
-	intIf := func(field string, v int) *int {
-		if !e.Has(field) {
-			return nil
-		}
-		return &v
-	}
-	floatIf := func(field string, v float64) *float64 {
-		if !e.Has(field) {
-			return nil
-		}
-		return &v
-	}
 	ev, derr := e.Event()
 	switch ev := ev.(type) {
 	case record.RunStart:
@@ -200,7 +188,7 @@ func (f *folder) apply(e record.Entry) error {
 		}
 	case record.RunEnd:
 		run.End = tp()
-		run.ExitCode = intIf("exit_code", ev.ExitCode)
+		run.ExitCode = present(e, "exit_code", ev.ExitCode)
 	case record.Policy:
 		if run.Policy == "" {
 			run.Policy = ev.File
@@ -235,9 +223,9 @@ func (f *folder) apply(e record.Entry) error {
 		}
 		a := attempt(ev.Attempt)
 		a.End = tp()
-		a.ExitCode = intIf("exit_code", ev.ExitCode)
+		a.ExitCode = present(e, "exit_code", ev.ExitCode)
 		a.Signal = ev.Signal
-		a.DurationS = floatIf("duration_s", ev.DurationS)
+		a.DurationS = present(e, "duration_s", ev.DurationS)
 		a.LastStep = ev.LastStep
 		a.Verdict = ev.Verdict
 		if a.Checkpoint == "" {
@@ -273,7 +261,7 @@ func (f *folder) apply(e record.Entry) error {
 	case record.Decision:
 		if ev.Attempt > 0 {
 			d := &Decision{Time: t, Verb: ev.Verb, Rule: ev.Rule, Reason: ev.Reason, Checkpoint: ev.Checkpoint,
-				Step: int64If(e.Has("step"), int64(ev.Step)), BackoffS: floatIf("backoff_s", ev.BackoffS)}
+				Step: present(e, "step", int64(ev.Step)), BackoffS: present(e, "backoff_s", ev.BackoffS)}
 			for _, c := range ev.Changes {
 				d.Changes = append(d.Changes, Change{Name: c.Name, Old: valueOf(c.Old), New: valueOf(c.New)})
 			}
@@ -286,8 +274,10 @@ func (f *folder) apply(e record.Entry) error {
 	return nil
 }
 
-func int64If(has bool, v int64) *int64 {
-	if !has {
+// present is &v when the entry has the field, nil when it has not: for
+// the figures where a missing one is not a zero.
+func present[T any](e record.Entry, field string, v T) *T {
+	if !e.Has(field) {
 		return nil
 	}
 	return &v
