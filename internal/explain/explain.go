@@ -25,7 +25,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Options are the inputs of `gpuguard explain`.
@@ -99,7 +99,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 		dir := ""
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
 			dir = path
-		} else if filepath.Base(path) == rundir.OutputLog {
+		} else if filepath.Base(path) == record.OutputLog {
 			dir = filepath.Dir(path)
 		}
 		if dir != "" {
@@ -110,7 +110,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 			if len(attempts) > 0 {
 				return explainRun(dir, attempts)
 			}
-			path = filepath.Join(dir, rundir.OutputLog)
+			path = filepath.Join(dir, record.OutputLog)
 		}
 	}
 	v, err := explainOne(path, stdin, stdinUsed)
@@ -131,36 +131,32 @@ type attemptSpan struct {
 // (not a run directory) or whose attempts carry no offsets; lines that are
 // not JSON are skipped (the journal may end in a torn write).
 func runAttempts(dir string) ([]attemptSpan, error) {
-	f, err := os.Open(filepath.Join(dir, rundir.Events))
+	f, err := os.Open(filepath.Join(dir, record.Events))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if _, lerr := os.Stat(filepath.Join(dir, rundir.OutputLog)); lerr != nil {
-				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, rundir.OutputLog)
+			if _, lerr := os.Stat(filepath.Join(dir, record.OutputLog)); lerr != nil {
+				return nil, fmt.Errorf("cannot read %s: it is a directory but not a gpuguard run directory (no %s); name a log file", dir, record.OutputLog)
 			}
 			return nil, nil
 		}
-		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, rundir.Events), unwrapPath(err))
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), unwrapPath(err))
 	}
 	defer f.Close()
+	entries, _, err := record.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), err)
+	}
 	var spans []attemptSpan
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		var ev struct {
-			Type      string `json:"type"`
-			Attempt   int    `json:"attempt"`
-			LogOffset *int64 `json:"log_offset"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Type != "attempt_start" {
+	for _, e := range entries {
+		ev, _ := e.Event()
+		start, ok := ev.(record.AttemptStart)
+		if !ok {
 			continue
 		}
-		if ev.LogOffset == nil {
+		if start.LogOffset == nil {
 			return nil, nil // written by a gpuguard that did not record offsets
 		}
-		spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, rundir.Events), err)
+		spans = append(spans, attemptSpan{attempt: start.Attempt, offset: *start.LogOffset})
 	}
 	return spans, nil
 }
@@ -169,7 +165,7 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 // so that a failure the next attempt recovered from is that attempt's
 // verdict, not an earlier failure "the job survived".
 func explainRun(dir string, spans []attemptSpan) ([]result, error) {
-	logPath := filepath.Join(dir, rundir.OutputLog)
+	logPath := filepath.Join(dir, record.OutputLog)
 	f, err := os.Open(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))

@@ -1,19 +1,15 @@
 package report
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Run is what a run directory records, as `gpuguard report --json` prints
@@ -102,72 +98,77 @@ type Change struct {
 	New  any    `json:"new"`
 }
 
-// Signal is a signal gpuguard received.
+// Signal is a signal gpuguard received, and what it did with it.
 type Signal struct {
 	Time      time.Time `json:"time"`
 	Signal    string    `json:"signal"`
-	Forwarded any       `json:"forwarded,omitempty"`
+	Action    string    `json:"action,omitempty"` // record.SignalForwarded, SignalKilled, SignalNoJob
+	Forwarded bool      `json:"forwarded"`        // passed on to the job
 }
 
-// readEvents parses events.jsonl. Unknown types and fields are ignored; a
-// line that is not a JSON object is listed in Problems.
+// readEvents reads events.jsonl. Unknown types and fields are ignored; a
+// line that is not an event is listed in Problems.
 func readEvents(r io.Reader, runDir string) (*Run, error) {
 	run := &Run{RunDir: runDir}
-	byN := map[int]*Attempt{}
-	attempt := func(n int) *Attempt {
-		if a := byN[n]; a != nil {
-			return a
-		}
-		a := &Attempt{N: n}
-		byN[n] = a
-		run.Attempts = append(run.Attempts, a)
-		return a
+	f := &folder{run: run, byN: map[int]*Attempt{}}
+	entries, bad, err := record.Read(r)
+	type problem struct {
+		line int
+		err  error
 	}
-	br := bufio.NewReaderSize(r, 64<<10)
-	lineNo, good := 0, 0
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			lineNo++
-			if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-				if perr := applyEvent(run, trimmed, attempt); perr != nil {
-					run.Problems = append(run.Problems, fmt.Sprintf("events.jsonl line %d: %v", lineNo, perr))
-				} else {
-					good++
-				}
-			}
+	var problems []problem
+	for _, b := range bad {
+		problems = append(problems, problem{b.Line, b.Err})
+	}
+	good := 0
+	for _, e := range entries {
+		if perr := f.apply(e); perr != nil {
+			problems = append(problems, problem{e.Line, perr})
+		} else {
+			good++
 		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return run, fmt.Errorf("reading events.jsonl: %w", err)
-		}
+	}
+	sort.SliceStable(problems, func(i, j int) bool { return problems[i].line < problems[j].line })
+	for _, p := range problems {
+		run.Problems = append(run.Problems, fmt.Sprintf("events.jsonl line %d: %v", p.line, p.err))
+	}
+	if err != nil {
+		return run, fmt.Errorf("reading events.jsonl: %w", err)
 	}
 	if good == 0 {
-		return run, fmt.Errorf("events.jsonl holds no event (%d lines)", lineNo)
+		if len(bad) > 0 {
+			return run, fmt.Errorf("events.jsonl holds no event (%d unreadable lines)", len(bad))
+		}
+		return run, fmt.Errorf("events.jsonl holds no event")
 	}
 	sort.SliceStable(run.Attempts, func(i, j int) bool { return run.Attempts[i].N < run.Attempts[j].N })
 	return run, nil
 }
 
-// applyEvent folds one event line into the run.
-func applyEvent(run *Run, line []byte, attempt func(int) *Attempt) error {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(line, &m); err != nil {
-		return fmt.Errorf("not a JSON object (%v)", shorten(err.Error(), 80))
+// folder folds the events of a journal, in order, into a Run.
+type folder struct {
+	run *Run
+	byN map[int]*Attempt
+	// knobs are the values the next attempt gets: the policy event's, then
+	// each decision's (attempt_start does not repeat them).
+	knobs map[string]record.Value
+}
+
+func (f *folder) attempt(n int) *Attempt {
+	if a := f.byN[n]; a != nil {
+		return a
 	}
-	typ := jsonString(m["type"])
-	if typ == "" {
-		return fmt.Errorf("no \"type\" field")
-	}
-	var t time.Time
-	if s := jsonString(m["time"]); s != "" {
-		var err error
-		if t, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return fmt.Errorf("time %q is not RFC 3339", s)
-		}
-	}
+	a := &Attempt{N: n}
+	f.byN[n] = a
+	f.run.Attempts = append(f.run.Attempts, a)
+	return a
+}
+
+// apply folds one event into the run. Fields of an unexpected type read as
+// absent, except a memory summary that cannot be read, which is an error.
+func (f *folder) apply(e record.Entry) error {
+	run, attempt := f.run, f.attempt
+	t := e.Time
 	tp := func() *time.Time {
 		if t.IsZero() {
 			return nil
@@ -175,189 +176,120 @@ func applyEvent(run *Run, line []byte, attempt func(int) *Attempt) error {
 		tt := t
 		return &tt
 	}
-	n, hasN := jsonInt(m["attempt"])
-	switch typ {
-	case "run_start":
+	ev, derr := e.Event()
+	switch ev := ev.(type) {
+	case record.RunStart:
 		run.Start = tp()
-		run.Argv = jsonStrings(m["argv"])
-		run.Policy = jsonText(m["policy"])
-		run.Version = jsonString(m["version"])
-		if d := jsonString(m["run_dir"]); d != "" && run.RunDir == "" {
-			run.RunDir = d
+		run.Argv = ev.Argv
+		run.Policy = ev.Policy
+		run.Version = ev.Version
+		if ev.RunDir != "" && run.RunDir == "" {
+			run.RunDir = ev.RunDir
 		}
-	case "run_end":
+	case record.RunEnd:
 		run.End = tp()
-		if c, ok := jsonInt(m["exit_code"]); ok {
-			c := int(c)
-			run.ExitCode = &c
+		run.ExitCode = present(e, "exit_code", ev.ExitCode)
+	case record.Policy:
+		if run.Policy == "" {
+			run.Policy = ev.File
 		}
-	case "signal":
-		run.Signals = append(run.Signals, Signal{Time: t, Signal: jsonText(m["signal"]), Forwarded: jsonAny(m["forwarded"])})
-	case "attempt_start":
-		if !hasN {
+		f.knobs = ev.Knobs
+	case record.Signal:
+		run.Signals = append(run.Signals, Signal{Time: t, Signal: ev.Signal, Action: ev.Action,
+			Forwarded: ev.Action == record.SignalForwarded})
+	case record.AttemptStart:
+		if ev.Attempt <= 0 {
 			return fmt.Errorf("attempt_start without an attempt number")
 		}
-		a := attempt(int(n))
+		a := attempt(ev.Attempt)
 		a.Start = tp()
-		a.Argv = jsonStrings(m["argv"])
-		a.EnvChanges = jsonStrings(m["env_changes"])
-		if k, ok := jsonAny(m["knobs"]).(map[string]any); ok {
-			a.Knobs = k
+		a.Argv = ev.Argv
+		a.EnvChanges = ev.EnvChanges
+		knobs := ev.Knobs
+		if len(knobs) == 0 {
+			knobs = f.knobs
 		}
-		a.Checkpoint = jsonText(m["checkpoint"])
-		if p, ok := jsonInt(m["pid"]); ok {
-			a.PID = int(p)
+		if len(knobs) > 0 {
+			a.Knobs = map[string]any{}
+			for k, v := range knobs {
+				a.Knobs[k] = valueOf(v)
+			}
 		}
-	case "attempt_end":
-		if !hasN {
+		a.Checkpoint = ev.Checkpoint
+		a.PID = ev.PID
+	case record.AttemptEnd:
+		if ev.Attempt <= 0 {
 			return fmt.Errorf("attempt_end without an attempt number")
 		}
-		a := attempt(int(n))
+		a := attempt(ev.Attempt)
 		a.End = tp()
-		if c, ok := jsonInt(m["exit_code"]); ok {
-			c := int(c)
-			a.ExitCode = &c
+		a.ExitCode = present(e, "exit_code", ev.ExitCode)
+		a.Signal = ev.Signal
+		a.DurationS = present(e, "duration_s", ev.DurationS)
+		a.LastStep = ev.LastStep
+		a.Verdict = ev.Verdict
+		if a.Checkpoint == "" {
+			a.Checkpoint = ev.Checkpoint
 		}
-		a.Signal = jsonText(m["signal"])
-		if d, ok := jsonFloat(m["duration_s"]); ok {
-			a.DurationS = &d
+	case record.Phase:
+		if ev.Attempt > 0 {
+			a := attempt(ev.Attempt)
+			a.Phases = append(a.Phases, PhaseMark{Time: t, Phase: string(ev.Phase), Line: ev.Line, Step: ev.Step})
 		}
-		if s, ok := jsonInt(m["last_step"]); ok {
-			a.LastStep = &s
+	case record.Failure:
+		if ev.Attempt > 0 {
+			a := attempt(ev.Attempt)
+			a.Failures = append(a.Failures, Failure{Time: t, Kind: string(ev.Kind), Line: ev.Line, Text: ev.Text})
 		}
-		if raw, ok := m["verdict"]; ok && string(raw) != "null" {
-			var v classify.Verdict
-			if err := json.Unmarshal(raw, &v); err == nil {
-				a.Verdict = &v
+	case record.Warning:
+		if ev.Attempt > 0 {
+			a := attempt(ev.Attempt)
+			a.Warnings = append(a.Warnings, Note{Time: t, Message: ev.Message})
+		}
+	case record.Memory:
+		if ev.Attempt > 0 {
+			if derr != nil {
+				return fmt.Errorf("memory %v", shorten(derr.Error(), 80))
 			}
-		}
-	case "phase":
-		if hasN {
-			pm := PhaseMark{Time: t, Phase: jsonString(m["phase"])}
-			if l, ok := jsonInt(m["line"]); ok {
-				pm.Line = int(l)
-			}
-			if s, ok := jsonInt(m["step"]); ok {
-				pm.Step = &s
-			}
-			attempt(int(n)).Phases = append(attempt(int(n)).Phases, pm)
-		}
-	case "failure":
-		if hasN {
-			f := Failure{Time: t, Kind: jsonString(m["kind"]), Text: jsonString(m["text"])}
-			if l, ok := jsonInt(m["line"]); ok {
-				f.Line = int(l)
-			}
-			attempt(int(n)).Failures = append(attempt(int(n)).Failures, f)
-		}
-	case "warning":
-		if hasN {
-			attempt(int(n)).Warnings = append(attempt(int(n)).Warnings, Note{Time: t, Message: jsonText(m["message"])})
-		}
-	case "memory":
-		if hasN {
-			var s memory.Summary
-			if err := json.Unmarshal(m["summary"], &s); err != nil {
-				return fmt.Errorf("memory summary: %v", shorten(err.Error(), 80))
-			}
-			a := attempt(int(n))
+			s := ev.Summary
+			a := attempt(ev.Attempt)
 			a.Memory, a.MemoryFrom = &s, "events"
 			if run.origin.IsZero() && !s.Origin.IsZero() {
 				run.origin = s.Origin
 			}
 		}
-	case "decision":
-		if hasN {
-			d := &Decision{Time: t, Verb: jsonString(m["verb"]), Rule: jsonText(m["rule"]), Reason: jsonString(m["reason"]),
-				Checkpoint: jsonText(m["checkpoint"])}
-			if s, ok := jsonInt(m["step"]); ok {
-				d.Step = &s
+	case record.Decision:
+		if ev.Attempt > 0 {
+			d := &Decision{Time: t, Verb: ev.Verb, Rule: ev.Rule, Reason: ev.Reason, Checkpoint: ev.Checkpoint,
+				Step: present(e, "step", int64(ev.Step)), BackoffS: present(e, "backoff_s", ev.BackoffS)}
+			for _, c := range ev.Changes {
+				d.Changes = append(d.Changes, Change{Name: c.Name, Old: valueOf(c.Old), New: valueOf(c.New)})
 			}
-			if b, ok := jsonFloat(m["backoff_s"]); ok {
-				d.BackoffS = &b
-			}
-			if cs, ok := jsonAny(m["changes"]).([]any); ok {
-				for _, c := range cs {
-					if cm, ok := c.(map[string]any); ok {
-						name, _ := cm["name"].(string)
-						d.Changes = append(d.Changes, Change{Name: name, Old: cm["old"], New: cm["new"]})
-					}
-				}
-			}
-			attempt(int(n)).Decision = d
+			attempt(ev.Attempt).Decision = d
+		}
+		if ev.Knobs != nil {
+			f.knobs = ev.Knobs
 		}
 	}
 	return nil
 }
 
-// Lenient field readers: a field of an unexpected type reads as absent.
-
-func jsonString(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// jsonText renders a string as itself and anything else as compact JSON
-// ("" for absent or null).
-func jsonText(raw json.RawMessage) string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	if s := jsonString(raw); s != "" {
-		return s
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return ""
-	}
-	if b.String() == `""` {
-		return ""
-	}
-	return b.String()
-}
-
-func jsonInt(raw json.RawMessage) (int64, bool) {
-	f, ok := jsonFloat(raw)
-	if !ok || f != math.Trunc(f) {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-func jsonFloat(raw json.RawMessage) (float64, bool) {
-	if len(raw) == 0 {
-		return 0, false
-	}
-	var f float64
-	if json.Unmarshal(raw, &f) == nil {
-		return f, true
-	}
-	// A number written as a string ("42").
-	if s := jsonString(raw); s != "" {
-		if v, err := strconv.ParseFloat(s, 64); err == nil {
-			return v, true
-		}
-	}
-	return 0, false
-}
-
-func jsonStrings(raw json.RawMessage) []string {
-	var ss []string
-	if json.Unmarshal(raw, &ss) != nil {
+// present is &v when the entry has the field, nil when it has not: for
+// the figures where a missing one is not a zero.
+func present[T any](e record.Entry, field string, v T) *T {
+	if !e.Has(field) {
 		return nil
 	}
-	return ss
+	return &v
 }
 
-func jsonAny(raw json.RawMessage) any {
-	var v any
-	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+// valueOf is a knob value as report's JSON shows it: its text, or nil for
+// null.
+func valueOf(v record.Value) any {
+	if v.Null {
 		return nil
 	}
-	return v
+	return v.Text
 }
 
 func shorten(s string, n int) string {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Options are the inputs of `gpuguard report`.
@@ -61,10 +61,10 @@ func Command(o Options) error {
 	case !st.IsDir():
 		return fail(exitcode.NoInput, "%s is not a directory; give a run directory (under .gpuguard/runs/)", o.RunDir)
 	}
-	evPath := filepath.Join(o.RunDir, rundir.Events)
+	evPath := filepath.Join(o.RunDir, record.Events)
 	f, err := os.Open(evPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fail(exitcode.NoInput, "%s has no %s: it is not a gpuguard run directory, or the run never started", o.RunDir, rundir.Events)
+		return fail(exitcode.NoInput, "%s has no %s: it is not a gpuguard run directory, or the run never started", o.RunDir, record.Events)
 	}
 	if err != nil {
 		return fail(exitcode.NoInput, "%s: %v", evPath, err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 const gib = uint64(1) << 30
@@ -172,7 +174,7 @@ func TestReportErrors(t *testing.T) {
 	if code, _, errs := runReport(t, Options{RunDir: dir}); code != 66 || !strings.Contains(errs, "has no events.jsonl") {
 		t.Errorf("no events: %d %q", code, errs)
 	}
-	os.WriteFile(filepath.Join(dir, rundir.Events), []byte("\n\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, record.Events), []byte("\n\n"), 0o644)
 	if code, _, errs := runReport(t, Options{RunDir: dir}); code != 65 || !strings.Contains(errs, "no event") {
 		t.Errorf("empty events: %d %q", code, errs)
 	}
@@ -183,7 +185,7 @@ func TestReportErrors(t *testing.T) {
 		t.Errorf("unwritable plot: %d %q", code, errs)
 	}
 	// Events but no timeline: the text report works, the plot cannot.
-	os.WriteFile(filepath.Join(dir, rundir.Events), []byte(`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, record.Events), []byte(`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`+"\n"), 0o644)
 	code, out, errs := runReport(t, Options{RunDir: dir, Plot: filepath.Join(dir, "x.png")})
 	if code != 66 || !strings.Contains(errs, "no memory timeline") || !strings.Contains(out, "command:  python t.py") {
 		t.Errorf("no timeline: %d %q %q", code, errs, out)
@@ -202,7 +204,7 @@ func TestReportSkipsBadLines(t *testing.T) {
 		`{"time":"2026-03-01T09:01:01Z","type":"attempt_end","attempt":1,"exit_code":137,"signal":"SIGKILL","duration_s":"60"}`,
 		`{"time":"2026-03-01T09:01:02Z","type":"attempt_end","attem`,
 	}, "\n")
-	os.WriteFile(filepath.Join(dir, rundir.Events), []byte(ev), 0o644)
+	os.WriteFile(filepath.Join(dir, record.Events), []byte(ev), 0o644)
 	code, out, errs := runReport(t, Options{RunDir: dir})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -296,7 +298,7 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 	}
 	event("run_end", map[string]any{"exit_code": 0})
 	tl.Close()
-	os.WriteFile(filepath.Join(dir, rundir.Events), events.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, record.Events), events.Bytes(), 0o644)
 
 	code, out, errs := runReport(t, Options{RunDir: dir, JSON: true, Plot: filepath.Join(dir, "mem.png")})
 	if code != 0 {
@@ -364,5 +366,44 @@ func runSamples(t *testing.T, s *memory.Sampler, pid, n int, advance func()) {
 	<-done
 	if got := s.Summary().Samples - before; got != n {
 		t.Fatalf("took %d samples, want %d", got, n)
+	}
+}
+
+// Each signal says what gpuguard did with it, as the supervisor records it
+// (record.Signal's action).
+func TestReportSignals(t *testing.T) {
+	dir := t.TempDir()
+	ev := strings.Join([]string{
+		`{"time":"2026-03-01T09:00:00Z","type":"run_start","argv":["python","t.py"]}`,
+		`{"time":"2026-03-01T09:00:01Z","type":"signal","signal":"SIGUSR1","action":"no job","pid":0}`,
+		`{"time":"2026-03-01T09:00:02Z","type":"signal","signal":"SIGTERM","action":"forwarded","pid":7}`,
+		`{"time":"2026-03-01T09:00:03Z","type":"signal","signal":"SIGINT","action":"killed","pid":7}`,
+		`{"time":"2026-03-01T09:00:04Z","type":"signal","signal":"SIGHUP"}`,
+	}, "\n")
+	os.WriteFile(filepath.Join(dir, record.Events), []byte(ev), 0o644)
+	code, out, errs := runReport(t, Options{RunDir: dir})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"signal SIGUSR1 at ", " (no job was running)\n", "signal SIGTERM at ", " (forwarded to the job)\n",
+		"signal SIGINT at ", " (second signal: the job was killed)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  signal SIGHUP at \d\d:\d\d:\d\d$`).MatchString(out) {
+		t.Errorf("a signal without an action:\n%s", out)
+	}
+	_, out, _ = runReport(t, Options{RunDir: dir, JSON: true})
+	var run Run
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatal(err)
+	}
+	var forwarded []bool
+	for _, s := range run.Signals {
+		forwarded = append(forwarded, s.Forwarded)
+	}
+	if len(run.Signals) != 4 || run.Signals[1].Action != "forwarded" || !reflect.DeepEqual(forwarded, []bool{false, true, false, false}) {
+		t.Errorf("signals %+v", run.Signals)
 	}
 }

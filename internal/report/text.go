@@ -10,6 +10,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // writeText prints the report for people.
@@ -47,7 +48,7 @@ func writeText(w io.Writer, run *Run) {
 		p("  no run_end event: the run is still going, or gpuguard itself was killed (%s so far)", outcome)
 	}
 	for _, s := range run.Signals {
-		p("  signal %s at %s%s", s.Signal, s.Time.Local().Format("15:04:05"), forwarded(s.Forwarded))
+		p("  signal %s at %s%s", s.Signal, s.Time.Local().Format("15:04:05"), signalAction(s))
 	}
 	for _, a := range run.Attempts {
 		p("")
@@ -249,19 +250,19 @@ func knobsText(k map[string]any) string {
 	return strings.Join(parts, " ")
 }
 
-func forwarded(v any) string {
-	switch x := v.(type) {
-	case bool:
-		if x {
-			return " (forwarded to the job)"
-		}
+// signalAction says what became of a signal.
+func signalAction(s Signal) string {
+	switch s.Action {
+	case "":
 		return ""
-	case string:
-		if x != "" {
-			return " (" + x + ")"
-		}
+	case record.SignalForwarded:
+		return " (forwarded to the job)"
+	case record.SignalKilled:
+		return " (second signal: the job was killed)"
+	case record.SignalNoJob:
+		return " (no job was running)"
 	}
-	return ""
+	return " (" + s.Action + ")"
 }
 
 // shellJoin quotes words that need it, for display.

@@ -59,6 +59,11 @@ func (l *loop) latestCheckpoint(wait bool) string {
 	bound := l.spec.Quiet + l.spec.Poll
 	deadline := time.Now().Add(bound)
 	announced := false
+	if l.ckpts != nil && !l.writersGone.IsZero() {
+		// What the job renamed into place just before it exited may still
+		// be in fsnotify's queue: let the watcher reach it first.
+		l.ckpts.Sync(2 * time.Second)
+	}
 	for {
 		var candidates []checkpoint.Checkpoint
 		if l.ckpts != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // loop is one `gpuguard run`: attempts until the job succeeds, the policy gives
@@ -25,7 +27,7 @@ type loop struct {
 	wd    string
 	pol   *policy.Policy // nil: no policy; the job runs once
 	pjob  policy.Job
-	state runState
+	state rundir.RunState
 
 	job    *Job
 	status *Status // the job's, once prepared; a dry run's own
@@ -113,7 +115,7 @@ func runLoop(cfg Config) int {
 	l.job, l.status = job, job.Status
 	l.log = job.Logger
 	if l.pol != nil {
-		job.RunDir.Event("policy", map[string]any{"file": l.pol.File(), "knobs": l.state.Policies.Values, "rules": l.pol.Rules()})
+		job.RunDir.Write(record.Policy{File: l.pol.File(), Knobs: rundir.Knobs(l.state.Policies.Values), Rules: l.pol.Rules()})
 	}
 	l.slurm = l.startSlurm() // Slurm hook (supervisor/slurm.go)
 	defer l.slurm.close()
@@ -161,7 +163,7 @@ func (l *loop) attempts() int {
 		}
 		if err != nil {
 			l.job.Status.Printf("attempt %d: %v", n, err)
-			rd.Event("error", map[string]any{"attempt": n, "error": err.Error()})
+			rd.Write(record.Error{Attempt: n, Error: err.Error()})
 			return l.end(ExitConfig)
 		}
 		for _, note := range plan.notes {
@@ -262,18 +264,18 @@ func (l *loop) plan(n int, ckpt, runDir string) (launchPlan, error) {
 
 // journalDecision records a decision in events.jsonl.
 func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
-	changes := make([]map[string]string, 0, len(d.Changes))
+	changes := make([]record.Change, 0, len(d.Changes))
 	for _, c := range d.Changes {
 		name := c.Knob
 		if name == "" {
 			name = c.Env
 		}
-		changes = append(changes, map[string]string{"name": name, "old": c.Old, "new": c.New})
+		changes = append(changes, record.Change{Name: name, Old: record.Text(c.Old), New: record.Text(c.New)})
 	}
-	l.job.RunDir.Event("decision", map[string]any{
-		"attempt": n, "verb": d.Verb, "rule": d.Rule, "step": d.Step, "changes": changes,
-		"backoff_s": d.Backoff.Seconds(), "reason": d.Reason, "checkpoint": ckpt,
-		"knobs": d.State.Values,
+	l.job.RunDir.Write(record.Decision{
+		Attempt: n, Verb: string(d.Verb), Rule: d.Rule, Step: d.Step, Changes: changes,
+		BackoffS: d.Backoff.Seconds(), Reason: d.Reason, Checkpoint: ckpt,
+		Knobs: rundir.Knobs(d.State.Values),
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
 // Unit tests of the run loop's decisions: which checkpoint a relaunch
@@ -129,13 +130,13 @@ func (lt *loopTest) checkpointAt(t *testing.T, rel string) string {
 	return p
 }
 
-func (lt *loopTest) state(t *testing.T) runState {
+func (lt *loopTest) state(t *testing.T) rundir.RunState {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(lt.job.RunDir.Path(), StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st runState
+	var st rundir.RunState
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // runOne runs attempt n as planned and returns its summary row, the
@@ -45,7 +47,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
 		OnWarning: func(w memory.Warning) {
 			status.Printf("warning: %s", w.Message)
-			rd.Event("warning", map[string]any{"attempt": n, "kind": w.Kind, "message": w.Message, "warning": w})
+			rd.Write(record.Warning{Attempt: n, Kind: w.Kind, Message: w.Message, Warning: w})
 		},
 	})
 
@@ -79,9 +81,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 				}
 			case classify.EventPhase:
 				sampler.SetPhase(ev.Phase, epoch)
-				rd.Event("phase", map[string]any{"attempt": n, "phase": ev.Phase, "line": ev.Line, "stream": stream})
+				rd.Write(record.Phase{Attempt: n, Phase: ev.Phase, Line: ev.Line, Stream: stream})
 			case classify.EventFailure:
-				rd.Event("failure", map[string]any{"attempt": n, "kind": ev.Kind, "line": ev.Line, "stream": stream, "text": ev.Text})
+				rd.Write(record.Failure{Attempt: n, Kind: ev.Kind, Line: ev.Line, Stream: stream, Text: ev.Text})
 				if isMemory(ev.Kind) {
 					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
@@ -129,7 +131,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 			// itself (oomgrace.go).
 			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)
 		},
-		Ended: func(r AttemptResult) map[string]any {
+		Ended: func(r AttemptResult, end *record.AttemptEnd) {
 			cancel()
 			sampled.Wait()
 			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
@@ -139,19 +141,15 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 			cls.Exit(exit)
 			verdict = cls.Verdict()
 			summary := sampler.Summary()
-			rd.Event("memory", map[string]any{"attempt": n, "summary": summary})
+			rd.Write(record.Memory{Attempt: n, Summary: summary})
 			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)
-			l.state.History = append(l.state.History, attemptState{
+			l.state.History = append(l.state.History, rundir.AttemptState{
 				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
 			})
 			if len(l.state.History) > maxHistory {
 				l.state.History = l.state.History[len(l.state.History)-maxHistory:]
 			}
-			fields := map[string]any{"verdict": verdict, "checkpoint": ckpt}
-			if verdict.Step != nil {
-				fields["last_step"] = *verdict.Step
-			}
-			return fields
+			end.Verdict, end.Checkpoint, end.LastStep = &verdict, ckpt, verdict.Step
 		},
 	})
 	l.slurm.launch(false) // a start that failed never attached

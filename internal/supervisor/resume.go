@@ -5,55 +5,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/presets"
-	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // StateFile is the run directory's record of where the run stands, written
 // atomically after every decision, so that `gpuguard run --resume-run DIR`
 // (or a Slurm requeue) continues with the settings that fit rather than
-// starting again at those that failed.
-const StateFile = rundir.State
+// starting again at those that failed. Its schema is rundir.RunState.
+const StateFile = record.State
 
 // DerivedDir is the run directory's folder for derived config copies.
-const DerivedDir = rundir.Derived
+const DerivedDir = record.Derived
 
 // TimelineFile is the run directory's memory timeline.
-const TimelineFile = rundir.Timeline
-
-// runState is the content of state.json.
-type runState struct {
-	Version    int      `json:"version"`
-	Argv       []string `json:"argv"`   // the user's command
-	Policy     string   `json:"policy"` // the policy file it ran with ("" for none)
-	Attempt    int      `json:"attempt"`
-	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
-	// Started is when the run began (kept across --resume-run and Slurm
-	// requeues): checkpoints older than that belong to earlier runs.
-	Started  time.Time    `json:"started,omitzero"`
-	Policies policy.State `json:"state"`
-	Done     bool         `json:"done"`      // the run ended (success or give-up)
-	ExitCode int          `json:"exit_code"` // when Done
-	// History is what each attempt died of and how high its memory went,
-	// so that a person (or the next decision) sees the peaks.
-	History []attemptState `json:"history,omitempty"`
-}
-
-// attemptState is one attempt in state.json.
-type attemptState struct {
-	Attempt  int            `json:"attempt"`
-	ExitCode int            `json:"exit_code"`
-	Kind     classify.Kind  `json:"kind"`
-	Phase    classify.Phase `json:"phase,omitempty"`
-	LastStep *int64         `json:"last_step,omitempty"`
-	Memory   memory.Summary `json:"memory"`
-}
+const TimelineFile = record.Timeline
 
 // maxHistory bounds state.json on runs with many relaunches.
 const maxHistory = 20
@@ -81,7 +51,7 @@ func (l *loop) loadPolicy(status *Status) int {
 		return ExitConfig
 	}
 	l.pol = pol
-	l.state = runState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
+	l.state = rundir.RunState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
 	return 0
 }
 
@@ -110,7 +80,7 @@ func (l *loop) resolveRunDir(status *Status) int {
 		status.Printf("cannot resume: %v (give the directory of an earlier gpuguard run)", err)
 		return ExitCantCreate
 	}
-	var st runState
+	var st rundir.RunState
 	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
 		status.Printf("cannot resume: %s is not a gpuguard state file (%v); start a new run instead", filepath.Join(l.cfg.ResumeRun, StateFile), err)
 		return ExitConfig

@@ -13,6 +13,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/envinject"
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Run runs the job described by cfg and returns gpuguard's exit status: the
@@ -33,7 +35,7 @@ type Job struct {
 	Cfg     Config
 	PTY     bool
 	Env     []string // the job's environment, allocator settings merged in
-	RunDir  *RunDir
+	RunDir  *rundir.Dir
 	Status  *Status
 	Signals *Signals
 	Logger  *zap.Logger
@@ -80,7 +82,7 @@ func Prepare(cfg Config) (*Job, int) {
 		status.Printf("cannot read the working directory: %v", err)
 		return nil, ExitSoftware
 	}
-	var rd *RunDir
+	var rd *rundir.Dir
 	if cfg.ResumeRun != "" {
 		// The loop has read state.json already (loop.go).
 		rd, err = OpenRunDir(cfg.ResumeRun)
@@ -105,7 +107,7 @@ func Prepare(cfg Config) (*Job, int) {
 	j.Signals = NotifySignals()
 	j.Signals.OnSignal(func(ev SignalEvent) {
 		name := signalName(ev.Signal)
-		rd.Event("signal", map[string]any{"signal": name, "action": ev.Action, "pid": ev.Pid})
+		rd.Write(record.Signal{Signal: name, Action: ev.Action, PID: ev.Pid})
 		switch {
 		case ev.Action == "killed":
 			status.Printf("second %s: killing the job and all its processes", name)
@@ -120,15 +122,15 @@ func Prepare(cfg Config) (*Job, int) {
 	for _, c := range merged.Changes {
 		changes = append(changes, c.String())
 	}
-	rd.Event("run_start", map[string]any{
-		"argv":         cfg.Argv,
-		"pty":          usePTY,
-		"run_dir":      rd.Path(),
-		"workdir":      wd,
-		"pid":          os.Getpid(),
-		"env_changes":  changes,
-		"env_warnings": merged.Warnings,
-		"grace":        cfg.Grace.String(),
+	rd.Write(record.RunStart{
+		Argv:        cfg.Argv,
+		PTY:         usePTY,
+		RunDir:      rd.Path(),
+		Workdir:     wd,
+		PID:         os.Getpid(),
+		EnvChanges:  changes,
+		EnvWarnings: merged.Warnings,
+		Grace:       cfg.Grace.String(),
 	})
 	j.Logger.Info("run started", zap.Strings("argv", cfg.Argv), zap.Bool("pty", usePTY), zap.String("run_dir", rd.Path()))
 	return j, 0
@@ -157,9 +159,9 @@ type AttemptHooks struct {
 	// Started is called once the child runs, before RunAttempt waits for it
 	// (to start sampling its memory, to arm a timer that stops it).
 	Started func(a *Attempt)
-	// Ended is called once the attempt is over and its output scanned; the
-	// fields it returns are added to the attempt_end event (the verdict).
-	Ended func(res AttemptResult) map[string]any
+	// Ended is called once the attempt is over and its output scanned; it
+	// adds to the attempt_end event (the verdict) before it is written.
+	Ended func(res AttemptResult, end *record.AttemptEnd)
 }
 
 // RunAttempt runs attempt number n to its end: it refuses to start after a
@@ -179,43 +181,39 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 	if err != nil {
 		j.Signals.Attach(nil)
 		j.Status.Printf("%v", err)
-		j.RunDir.Event("attempt_start_failed", map[string]any{"attempt": n, "error": err.Error(), "exit_code": ExitCodeOf(err)})
+		j.RunDir.Write(record.AttemptStartFailed{Attempt: n, Error: err.Error(), ExitCode: ExitCodeOf(err)})
 		return AttemptResult{}, err
 	}
 	j.Signals.Attach(a)
-	j.RunDir.Event("attempt_start", map[string]any{"attempt": n, "pid": a.PID(), "argv": spec.Argv, "log_offset": logOffset})
+	j.RunDir.Write(record.AttemptStart{Attempt: n, PID: a.PID(), Argv: spec.Argv, LogOffset: &logOffset})
 	if hooks.Started != nil {
 		hooks.Started(a)
 	}
 	<-a.Done()
 	j.Signals.Attach(nil)
 	res := a.Result()
-	fields := map[string]any{
-		"attempt":            n,
-		"pid":                res.Pid,
-		"exit_code":          res.Code,
-		"duration_s":         res.End.Sub(res.Start).Seconds(),
-		"lines":              res.ScannedLines,
-		"dropped_scan_bytes": res.DroppedScanBytes,
-		"stopped_by_us":      res.StoppedByUs,
-		"killed":             res.Killed,
-		"leftovers":          res.Leftovers,
+	end := record.AttemptEnd{
+		Attempt:          n,
+		PID:              res.Pid,
+		ExitCode:         res.Code,
+		DurationS:        res.End.Sub(res.Start).Seconds(),
+		Lines:            res.ScannedLines,
+		DroppedScanBytes: res.DroppedScanBytes,
+		StoppedByUs:      res.StoppedByUs,
+		Killed:           res.Killed,
+		Leftovers:        res.Leftovers,
+		StopReason:       res.StopReason,
 	}
 	if res.Signal != 0 {
-		fields["signal"] = signalName(res.Signal)
-	}
-	if res.StopReason != "" {
-		fields["stop_reason"] = res.StopReason
+		end.Signal = signalName(res.Signal)
 	}
 	if sig := a.TypedInterrupt(); sig != 0 {
-		fields["typed_interrupt"] = signalName(sig)
+		end.TypedInterrupt = signalName(sig)
 	}
 	if hooks.Ended != nil {
-		for k, v := range hooks.Ended(res) {
-			fields[k] = v
-		}
+		hooks.Ended(res, &end)
 	}
-	j.RunDir.Event("attempt_end", fields)
+	j.RunDir.Write(end)
 	if res.Leftovers > 0 {
 		j.Status.Printf("stopped %d process(es) the job left running", res.Leftovers)
 	}
@@ -235,12 +233,12 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 func (j *Job) Finish(code int) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	j.RunDir.Event("run_end", map[string]any{
-		"exit_code":   code,
-		"peak_rss_kb": ru.Maxrss,
+	j.RunDir.Write(record.RunEnd{
+		ExitCode:  code,
+		PeakRSSKB: ru.Maxrss,
 		// gpuguard's own CPU time, its jobs' not included.
-		"cpu_user_s": time.Duration(ru.Utime.Nano()).Seconds(),
-		"cpu_sys_s":  time.Duration(ru.Stime.Nano()).Seconds(),
+		CPUUserS: time.Duration(ru.Utime.Nano()).Seconds(),
+		CPUSysS:  time.Duration(ru.Stime.Nano()).Seconds(),
 	})
 	j.Logger.Info("run ended", zap.Int("exit_code", code), zap.Int64("peak_rss_kb", ru.Maxrss))
 }

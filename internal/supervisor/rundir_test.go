@@ -2,77 +2,20 @@ package supervisor
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/creack/pty"
 	"golang.org/x/term"
 )
 
-func TestCreateRunDirDefault(t *testing.T) {
+// The run directory's own behaviour is tested in package rundir; here, the
+// exit status its failures give.
+func TestRunDirErrorsExit73(t *testing.T) {
 	wd := t.TempDir()
-	rd, err := CreateRunDir("", wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	rel, _ := filepath.Rel(wd, rd.Path())
-	if !regexp.MustCompile(`^\.gpuguard/runs/\d{8}-\d{6}-[0-9a-f]{6}$`).MatchString(rel) {
-		t.Errorf("run directory %q", rel)
-	}
-	for _, name := range []string{OutputLogName, EventsName, GpuguardLog} {
-		if _, err := os.Stat(filepath.Join(rd.Path(), name)); err != nil {
-			t.Error(err)
-		}
-	}
-	if data, err := os.ReadFile(filepath.Join(wd, ".gpuguard", ".gitignore")); err != nil || !strings.Contains(string(data), "*") {
-		t.Errorf(".gitignore: %q %v", data, err)
-	}
-	// A second run gets a directory of its own, and the user's .gitignore
-	// edits are left alone.
-	os.WriteFile(filepath.Join(wd, ".gpuguard", ".gitignore"), []byte("mine\n"), 0o644)
-	rd2, err := CreateRunDir("", wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd2.Close()
-	if rd2.Path() == rd.Path() {
-		t.Error("two runs share a directory")
-	}
-	if data, _ := os.ReadFile(filepath.Join(wd, ".gpuguard", ".gitignore")); string(data) != "mine\n" {
-		t.Errorf(".gitignore rewritten: %q", data)
-	}
-}
-
-func TestCreateRunDirExplicitAndErrors(t *testing.T) {
-	wd := t.TempDir()
-	rd, err := CreateRunDir("runs/a", wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd.Path() != filepath.Join(wd, "runs/a") {
-		t.Errorf("path %q", rd.Path())
-	}
-	rd.Log().Write([]byte("first\n"))
-	rd.Close()
-	// An existing directory is appended to.
-	rd, err = CreateRunDir(filepath.Join(wd, "runs/a"), "/elsewhere")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd.Log().Write([]byte("second\n"))
-	rd.Close()
-	if data, _ := os.ReadFile(filepath.Join(wd, "runs/a", OutputLogName)); string(data) != "first\nsecond\n" {
-		t.Errorf("output.log %q", data)
-	}
-
-	// A path under a regular file cannot be created, even by root.
 	file := filepath.Join(wd, "file")
 	os.WriteFile(file, nil, 0o644)
 	for _, c := range []struct{ explicit, wd string }{{filepath.Join(file, "x"), wd}, {"", file}} {
@@ -90,98 +33,6 @@ func TestCreateRunDirExplicitAndErrors(t *testing.T) {
 	}
 	if _, err := OpenRunDir(file); ExitCodeOf(err) != ExitCantCreate {
 		t.Errorf("OpenRunDir(file): %v", err)
-	}
-}
-
-func TestEvents(t *testing.T) {
-	rd, err := CreateRunDir(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rd.Event("step", map[string]any{"i": i, "type": "ignored", "text": "<a & b>", "ch": make(chan int)})
-		}()
-	}
-	wg.Wait()
-	rd.Event("run_end", nil)
-	rd.Close()
-	data, err := os.ReadFile(filepath.Join(rd.Path(), EventsName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if len(lines) != 51 {
-		t.Fatalf("%d lines", len(lines))
-	}
-	seen := map[float64]bool{}
-	for _, l := range lines[:50] {
-		if !strings.HasPrefix(l, `{"time":"`) || !strings.Contains(l, `,"type":"step","ch":"unencodable: `) {
-			t.Errorf("line %q: want time, then type first, then sorted keys", l)
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("%q: %v", l, err)
-		}
-		if m["text"] != "<a & b>" || m["type"] != "step" {
-			t.Errorf("%v", m)
-		}
-		seen[m["i"].(float64)] = true
-	}
-	if len(seen) != 50 {
-		t.Errorf("events lost or garbled: %d distinct", len(seen))
-	}
-	if !strings.HasSuffix(lines[50], `"type":"run_end"}`) {
-		t.Errorf("last line %q", lines[50])
-	}
-}
-
-func TestWriteFileAtomic(t *testing.T) {
-	rd, err := CreateRunDir(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	for _, content := range []string{`{"attempt":1}`, `{"attempt":2}`} {
-		if err := rd.WriteFileAtomic("state.json", []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-		if data, _ := os.ReadFile(filepath.Join(rd.Path(), "state.json")); string(data) != content {
-			t.Errorf("state.json %q, want %q", data, content)
-		}
-	}
-	entries, _ := os.ReadDir(rd.Path())
-	for _, e := range entries {
-		if strings.Contains(e.Name(), ".tmp") {
-			t.Errorf("temporary file left: %s", e.Name())
-		}
-	}
-	for _, bad := range []string{"", "a/b", "..", "."} {
-		if err := rd.WriteFileAtomic(bad, nil); err == nil {
-			t.Errorf("WriteFileAtomic(%q) accepted", bad)
-		}
-	}
-	// Into a directory that is gone: an error that names the file.
-	os.RemoveAll(rd.Path())
-	if err := rd.WriteFileAtomic("state.json", nil); err == nil || !strings.Contains(err.Error(), "state.json") {
-		t.Errorf("error %v", err)
-	}
-}
-
-func TestLoggerWritesJSONToFileOnly(t *testing.T) {
-	rd, err := CreateRunDir(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd.Logger().Info("hello")
-	rd.Logger().Info("hello") // not sampled away
-	rd.Close()
-	data, _ := os.ReadFile(filepath.Join(rd.Path(), GpuguardLog))
-	if n := bytes.Count(data, []byte(`"msg":"hello"`)); n != 2 {
-		t.Errorf("gpuguard.log has %d entries: %q", n, data)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // ForwardedSignals are the signals gpuguard passes on to the job.
@@ -28,9 +30,10 @@ func terminating(sig syscall.Signal) bool {
 // SignalEvent says what gpuguard did with a signal it received.
 type SignalEvent struct {
 	Signal syscall.Signal
-	// Action is "forwarded" (passed once to the job), "killed" (a second
-	// SIGINT/SIGTERM: the job's tree was sent SIGKILL) or "no job" (none
-	// was running; for a terminating signal, none will be started).
+	// Action is record.SignalForwarded (passed once to the job),
+	// SignalKilled (a second SIGINT/SIGTERM: the job's tree was sent
+	// SIGKILL) or SignalNoJob (none was running; for a terminating signal,
+	// none will be started).
 	Action string
 	Pid    int // the attempt's main child, 0 when none
 }
@@ -210,12 +213,12 @@ func (s *Signals) act(a *Attempt, sig syscall.Signal, escalate bool) {
 	ev := SignalEvent{Signal: sig}
 	switch {
 	case a == nil:
-		ev.Action = "no job"
+		ev.Action = record.SignalNoJob
 	case escalate:
-		ev.Action, ev.Pid = "killed", a.PID()
+		ev.Action, ev.Pid = record.SignalKilled, a.PID()
 		a.Kill("second " + signalName(sig))
 	default:
-		ev.Action, ev.Pid = "forwarded", a.PID()
+		ev.Action, ev.Pid = record.SignalForwarded, a.PID()
 		a.Signal(sig)
 	}
 	select {

@@ -44,6 +44,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // scontrolTimeout bounds `scontrol requeue`: slurmctld answers in well under
@@ -58,7 +60,7 @@ type slurmRun struct {
 	spec   policy.Slurm
 	env    []string // gpuguard's environment, for scontrol (SLURM_CONF, PATH)
 	status *Status
-	rd     *RunDir
+	rd     *rundir.Dir
 	log    *zap.Logger
 
 	// requeueID is what `scontrol requeue` is given: the job id, or
@@ -114,21 +116,19 @@ func (l *loop) startSlurm() *slurmRun {
 	for i, sig := range spec.RequeueOn {
 		names[i] = policy.SignalName(sig)
 	}
-	fields := map[string]any{
-		"job_id": sc.JobID, "step_id": sc.StepID, "node": node, "nodes": sc.NodeList,
-		"restart_count": sc.Restarts(), "requeue_on": names, "requeue_id": s.requeueID,
-	}
-	if sc.ProcID != nil {
-		fields["proc_id"] = *sc.ProcID
+	ev := record.Slurm{
+		JobID: sc.JobID, StepID: sc.StepID, Node: node, Nodes: sc.NodeList,
+		RestartCount: sc.Restarts(), RequeueOn: names, RequeueID: s.requeueID,
+		ProcID: sc.ProcID,
 	}
 	if sc.ArrayJobID != "" {
-		fields["array_job_id"], fields["array_task_id"] = sc.ArrayJobID, sc.ArrayTaskID
+		ev.ArrayJobID, ev.ArrayTaskID = sc.ArrayJobID, sc.ArrayTaskID
 	}
 	if len(names) > 0 {
-		fields["stop_after_s"] = spec.StopAfter.Seconds()
-		fields["max_requeues"] = spec.MaxRequeues
+		stopAfter, maxRequeues := spec.StopAfter.Seconds(), spec.MaxRequeues
+		ev.StopAfterS, ev.MaxRequeues = &stopAfter, &maxRequeues
 	}
-	s.rd.Event("slurm", fields)
+	s.rd.Write(ev)
 
 	line := "Slurm " + sc.String()
 	if node != "" && node != sc.NodeList {
@@ -217,7 +217,7 @@ func (s *slurmRun) handle(sig syscall.Signal) {
 		}
 	}
 
-	s.rd.Event("requeue_signal", map[string]any{"signal": policy.SignalName(sig), "stop_after_s": s.spec.StopAfter.Seconds(), "attempt_running": att != nil || launching})
+	s.rd.Write(record.RequeueSignal{Signal: policy.SignalName(sig), StopAfterS: s.spec.StopAfter.Seconds(), AttemptRunning: att != nil || launching})
 	switch {
 	case att != nil:
 		s.stopping(att, sig)
@@ -334,8 +334,8 @@ func (l *loop) endForRequeue(n int, sig syscall.Signal, row attemptRow, code int
 	row.decision = "requeue (" + name + ")"
 	l.rows = append(l.rows, row)
 	reason := fmt.Sprintf("Slurm sent %s, listed in slurm.requeue_on: the job continues after a requeue", name)
-	l.job.RunDir.Event("decision", map[string]any{
-		"attempt": n, "verb": "requeue", "signal": name, "reason": reason, "knobs": l.state.Policies.Values,
+	l.job.RunDir.Write(record.Decision{
+		Attempt: n, Verb: "requeue", Signal: name, Reason: reason, Knobs: rundir.Knobs(l.state.Policies.Values),
 	})
 	l.job.Status.Printf("attempt %d ended (exit status %d) after %s: not relaunching here, the job is requeued", n, code, name)
 	return l.end(code)
@@ -370,21 +370,21 @@ func (l *loop) requeueAtEnd(code int) {
 		// loses the rest of the training.
 		s.status.Printf("the job exited 0 after %s; requeueing it anyway: gpuguard cannot tell a job that finished from one that saved and stopped early (a finished job resumes from its last checkpoint and ends)", name)
 	}
-	ev := map[string]any{"signal": name, "job": s.requeueID, "restart_count": s.ctx.Restarts()}
-	defer func() { s.rd.Event("requeue", ev) }()
+	ev := record.Requeue{Signal: name, Job: s.requeueID, RestartCount: s.ctx.Restarts()}
+	defer func() { s.rd.Write(ev) }()
 	switch {
 	case !s.requeuer:
-		ev["result"] = "not rank 0"
+		ev.Result = "not rank 0"
 		s.status.Printf("not requeueing job %s from rank %d: the task of rank 0 does", s.requeueID, *s.ctx.ProcID)
 		return
 	case s.ctx.Restarts() >= s.spec.MaxRequeues:
-		ev["result"] = "max_requeues"
+		ev.Result = "max_requeues"
 		s.status.Printf("not requeueing job %s after %s: Slurm has restarted it %d times already (slurm.max_requeues: %d); raise it in the policy to let a long run go on",
 			s.requeueID, name, s.ctx.Restarts(), s.spec.MaxRequeues)
 		return
 	}
 	res := requeueJob(s.env, s.requeueID)
-	ev["command"], ev["result"], ev["output"] = res.command, res.result, res.output
+	ev.Command, ev.Result, ev.Output = res.command, res.result, res.output
 	switch res.result {
 	case "requeued":
 		with := ""

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
 // fakeScontrol is the stand-in: it appends its arguments to
@@ -125,13 +127,13 @@ func (c *slurmCase) events(t *testing.T, runDir, typ string) []map[string]any {
 	return out
 }
 
-func (c *slurmCase) state(t *testing.T, runDir string) runState {
+func (c *slurmCase) state(t *testing.T, runDir string) rundir.RunState {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(c.dir, ".gpuguard", "runs", runDir, StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st runState
+	var st rundir.RunState
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}

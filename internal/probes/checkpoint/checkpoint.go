@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -79,8 +80,14 @@ type Checkpoint struct {
 	Complete bool
 	// Settling: not complete only because it changed within the quiet
 	// period. Once nothing can write it any more, it is complete if it had
-	// stopped changing before its writer ended (see Resume.WritersGone).
+	// stopped changing before its writer ended, or was moved into place
+	// after it was written (see Resume.WritersGone).
 	Settling bool
+	// MovedAfterWrite: the file's status changed after its last write (its
+	// ctime is later than its mtime): it was renamed into place, as atomic
+	// writers do, or its mode was set, after its content was complete. A
+	// file being written in place has the two equal: each write sets both.
+	MovedAfterWrite bool
 	// Why says which rule decided Complete, in words: "renamed into place",
 	// "marker trainer_state.json present", "no change for 12s (quiet 10s)",
 	// "last change 3s ago; ...", "empty file", ...
@@ -306,6 +313,9 @@ func (cs *ckptSpec) evaluate(f ckptFound, now time.Time, obs ckptObs) (Checkpoin
 		}
 	case fi.Mode().IsRegular():
 		c.Size, c.ModTime = fi.Size(), fi.ModTime()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			c.MovedAfterWrite = time.Unix(st.Ctim.Unix()).After(c.ModTime)
+		}
 		if c.Size == 0 {
 			c.Why = why("empty file")
 			return c, ckptRuleNone

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,13 @@ type Watcher struct {
 	mu        sync.Mutex
 	latest    Checkpoint
 	hasLatest bool
+
+	// syncDir is a private directory fsnotify also watches, for Sync's
+	// barrier files; "" when polling only. syncWait (under mu) maps a
+	// barrier file to the channel closed when the loop reaches its event.
+	syncDir  string
+	syncN    int
+	syncWait map[string]chan struct{}
 
 	// Owned by the loop (and by Watch before the loop starts).
 	entries   map[string]*ckptEntry // by checkpoint path
@@ -142,6 +150,13 @@ func watchCheckpoints(dir string, spec Spec, log *zap.Logger, o ckptWatchOpts) (
 				zap.Error(err), zap.Duration("poll", cs.poll))
 		} else {
 			w.fsw = fsw
+			if d, err := os.MkdirTemp("", "gpuguard-ckpt-sync-"); err == nil {
+				if fsw.Add(d) == nil {
+					w.syncDir, w.syncWait = d, map[string]chan struct{}{}
+				} else {
+					os.Remove(d)
+				}
+			}
 		}
 	}
 	w.syncWatches()
@@ -170,6 +185,54 @@ func (w *Watcher) Latest() (Checkpoint, bool) {
 // The channel is closed by Close.
 func (w *Watcher) Updates() <-chan Checkpoint { return w.updates }
 
+// Sync returns once the watcher has handled every change the file system
+// reported before the call, so that Latest then knows of a checkpoint the
+// job renamed into place just before it exited. It is a barrier through
+// fsnotify's queue, which is first in, first out: Sync writes a file in a
+// private directory the watcher also watches, and waits for the loop to
+// reach its event. It reports false at timeout, or when the watcher is
+// closed; true at once when there is no fsnotify (polling only: nothing is
+// queued).
+func (w *Watcher) Sync(timeout time.Duration) bool {
+	if w.syncDir == "" {
+		return true
+	}
+	w.mu.Lock()
+	w.syncN++
+	name := filepath.Join(w.syncDir, strconv.Itoa(w.syncN))
+	reached := make(chan struct{})
+	w.syncWait[name] = reached
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.syncWait, name)
+		w.mu.Unlock()
+		os.Remove(name)
+	}()
+	if err := os.WriteFile(name, nil, 0o600); err != nil {
+		return false
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-reached:
+		return true
+	case <-t.C:
+	case <-w.exited:
+	}
+	return false
+}
+
+// synced marks the barrier file name reached (see Sync).
+func (w *Watcher) synced(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.syncWait[name]; ok {
+		close(ch)
+		delete(w.syncWait, name)
+	}
+}
+
 // Close stops the watcher and closes Updates. It is idempotent and returns
 // the error of closing fsnotify, if any.
 func (w *Watcher) Close() error {
@@ -178,6 +241,9 @@ func (w *Watcher) Close() error {
 		<-w.exited
 		if w.fsw != nil {
 			w.closeErr = w.fsw.Close()
+		}
+		if w.syncDir != "" {
+			os.RemoveAll(w.syncDir)
 		}
 	})
 	return w.closeErr
@@ -240,6 +306,10 @@ func (w *Watcher) loop() {
 func (w *Watcher) onEvent(ev fsnotify.Event) {
 	now := w.now()
 	name := filepath.Clean(ev.Name)
+	if w.syncDir != "" && filepath.Dir(name) == w.syncDir {
+		w.synced(name)
+		return
+	}
 	// fsnotify pairs a rename's IN_MOVED_FROM and IN_MOVED_TO by cookie but
 	// keeps the old name unexported; Event.String shows it as
 	// `CREATE "new" ← "old"`. A Create without it (a plain create, or a

@@ -721,3 +721,39 @@ func TestWatchExampleJob(t *testing.T) {
 		}
 	}
 }
+
+// Sync is a barrier: once it returns, a checkpoint renamed into place before
+// the call is in Latest, with no update read and no wait for a clock. Many
+// renames in a row check that it does not return early.
+func TestWatchSyncSeesEveryRenameBeforeIt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := ckptStartWatch(t, dir, Spec{Globs: []string{"ckpt/step_*.pt"}, Choose: "highest_step", Quiet: time.Hour, Poll: time.Hour},
+		zap.NewNop(), ckptWatchOpts{})
+	if w.syncDir == "" {
+		t.Skip("fsnotify is not available here")
+	}
+	for i := 1; i <= 50; i++ {
+		ckptRenameInto(t, dir, fmt.Sprintf("ckpt/step_%d.pt", i), "weights")
+		if !w.Sync(ckptWaitLimit) {
+			t.Fatalf("Sync after rename %d did not return within %s", i, ckptWaitLimit)
+		}
+		c, ok := w.Latest()
+		if !ok || ckptStepOf(c) != int64(i) || c.Why != "renamed into place" {
+			t.Fatalf("after rename %d and Sync, Latest is %+v (%v)", i, c, ok)
+		}
+	}
+	if entries, _ := os.ReadDir(w.syncDir); len(entries) != 0 {
+		t.Errorf("Sync left %d files behind", len(entries))
+	}
+	syncDir := w.syncDir
+	w.Close()
+	if _, err := os.Stat(syncDir); !os.IsNotExist(err) {
+		t.Errorf("Close left %s: %v", syncDir, err)
+	}
+	if w.Sync(time.Second) {
+		t.Error("Sync on a closed watcher reported success")
+	}
+}

@@ -17,10 +17,11 @@ type Resume struct {
 	EarlierRuns bool
 	// WritersGone is when every process that could write a checkpoint had
 	// ended (zero: some may still run). From then on nothing changes: a
-	// checkpoint that had stopped changing ClockSlack before it is complete
-	// whatever its quiet period says, one that changed later was being
-	// written when its writer died and is passed over, and waiting tells
-	// nothing more (Selection.Pending stays false).
+	// checkpoint that had stopped changing ClockSlack before it, or that was
+	// moved into place after it was written (MovedAfterWrite), is complete
+	// whatever its quiet period says; one written in place up to the end was
+	// being written when its writer died and is passed over; and waiting
+	// tells nothing more (Selection.Pending stays false).
 	WritersGone time.Time
 }
 
@@ -30,7 +31,10 @@ func (r Resume) complete(c Checkpoint) bool {
 	if c.Complete {
 		return true
 	}
-	return c.Settling && !r.WritersGone.IsZero() && !c.ModTime.After(r.WritersGone.Add(-ClockSlack))
+	if !c.Settling || r.WritersGone.IsZero() {
+		return false
+	}
+	return c.MovedAfterWrite || !c.ModTime.After(r.WritersGone.Add(-ClockSlack))
 }
 
 // OfThisRun reports whether c may be resumed from under r: written since the

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -20,6 +22,8 @@ func TestSelect(t *testing.T) {
 	empty.Size = 0
 	settling := writing // incomplete only for its quiet period
 	settling.Settling = true
+	renamed := settling
+	renamed.MovedAfterWrite = true
 
 	cases := []struct {
 		name    string
@@ -46,6 +50,7 @@ func TestSelect(t *testing.T) {
 		// torn by the death and the one before it is taken.
 		{"writers gone: settled before the end", Resume{Since: t0, WritersGone: t0.Add(10 * time.Minute)}, []Checkpoint{s100, settling}, "out/step_300.ckpt", "", false},
 		{"writers gone: written up to the end", Resume{Since: t0, WritersGone: t0.Add(4*time.Minute + time.Second)}, []Checkpoint{s100, settling}, "out/step_100.ckpt", "", false},
+		{"writers gone: renamed into place up to the end", Resume{Since: t0, WritersGone: t0.Add(4*time.Minute + time.Second)}, []Checkpoint{s100, renamed}, "out/step_300.ckpt", "", false},
 		{"writers gone: a torn directory is never complete", Resume{Since: t0, WritersGone: t0.Add(10 * time.Minute)}, []Checkpoint{s100, writing}, "out/step_100.ckpt", "", false},
 		{"writers alive: settling is pending", Resume{Since: t0}, []Checkpoint{s100, settling}, "out/step_100.ckpt", "", true},
 	}
@@ -64,5 +69,40 @@ func TestSelect(t *testing.T) {
 				t.Errorf("best %q earlier %q pending %v; want %q %q %v", best, earlier, s.Pending, c.best, c.earlier, c.pending)
 			}
 		})
+	}
+}
+
+// A file renamed into place after it was written shows it in its status
+// times (ctime after mtime); one written in place does not. The scan reads
+// it from the file system, with no watcher.
+func TestScanSeesAMoveAfterTheWrite(t *testing.T) {
+	dir := t.TempDir()
+	tmp := filepath.Join(dir, ".step_20.pt.tmp")
+	if err := os.WriteFile(tmp, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel stamps files from a clock that moves a tick at a time (1 to
+	// 10 ms): the rename must come a tick after the write to show.
+	time.Sleep(20 * time.Millisecond)
+	if err := os.Rename(tmp, filepath.Join(dir, "step_20.pt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "step_10.pt"), []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all, err := Scan(dir, Spec{Globs: []string{"step_*.pt"}, Quiet: time.Hour}, time.Now())
+	if err != nil || len(all) != 2 {
+		t.Fatalf("Scan: %v, %+v", err, all)
+	}
+	for _, c := range all {
+		moved := filepath.Base(c.Path) == "step_20.pt"
+		if c.MovedAfterWrite != moved || !c.Settling || c.Complete {
+			t.Errorf("%s: moved after write %v settling %v complete %v; want moved %v, settling, not complete",
+				filepath.Base(c.Path), c.MovedAfterWrite, c.Settling, c.Complete, moved)
+		}
+	}
+	s := Select(Resume{WritersGone: time.Now()}, all)
+	if !s.Found || filepath.Base(s.Best.Path) != "step_20.pt" {
+		t.Errorf("after the writers ended: %+v, want step_20.pt", s)
 	}
 }

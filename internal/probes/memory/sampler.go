@@ -16,6 +16,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 	"go.uber.org/zap"
 )
 
@@ -91,116 +92,23 @@ type SamplerConfig struct {
 	GPUTimeout time.Duration
 }
 
-// WarningKind names a kind of memory warning; the values are a contract
-// (events.jsonl, docs/memory.md).
-type WarningKind string
-
-const (
-	WarnHostMemory WarningKind = "host_memory"            // host memory over 90% of the cgroup limit or RAM
-	WarnValPeak    WarningKind = "val_peak_near_capacity" // a validation peak within 5% of a GPU's capacity
-	WarnLeakTrend  WarningKind = "leak_trend"             // the same phase peaks higher run after run
+// The sampler's results are record types: report reads them from
+// events.jsonl without this package's GPU and /proc code.
+type (
+	WarningKind  = record.WarningKind
+	Warning      = record.MemoryWarning
+	Summary      = record.MemorySummary
+	PhaseSummary = record.PhaseSummary
+	DevicePeak   = record.DevicePeak
 )
 
-// Warning is a memory warning raised while the job runs.
-type Warning struct {
-	Kind      WarningKind    `json:"kind"`
-	Attempt   int            `json:"attempt"`
-	Phase     classify.Phase `json:"phase"`
-	Epoch     int64          `json:"epoch"` // epoch (or, when epochs are unknown, the phase's run number); -1 when unknown
-	Device    string         `json:"device"`
-	UsedBytes uint64         `json:"used_bytes"`
-	// LimitBytes is the capacity the use is measured against.
-	LimitBytes uint64 `json:"limit_bytes"`
-	// For leak trends: growth per epoch (or run), the epochs the trend spans,
-	// and the first epoch at which the projected peak exceeds LimitBytes.
-	GrowthPerEpochBytes uint64  `json:"growth_per_epoch_bytes,omitempty"`
-	TrendEpochs         []int64 `json:"trend_epochs,omitempty"`
-	FailEpoch           int64   `json:"fail_epoch,omitempty"`
-	ElapsedMs           int64   `json:"elapsed_ms"`
-	Message             string  `json:"message"`
-}
-
-// Summary is what a sampler saw during one attempt: peaks per phase. It is
-// the "summary" of the "memory" event in events.jsonl.
-type Summary struct {
-	Attempt int       `json:"attempt"`
-	Origin  time.Time `json:"origin"`
-	Samples int       `json:"samples"`
-	FirstMs int64     `json:"first_ms"`
-	LastMs  int64     `json:"last_ms"`
-	// GPUUnavailable says why there are no GPU figures ("" when sampled).
-	GPUUnavailable string       `json:"gpu_unavailable,omitempty"`
-	Devices        []gpu.Device `json:"devices,omitempty"`
-	// Phases in the order train, val, other phases by name, then "" (before
-	// any phase marker).
-	Phases []PhaseSummary `json:"phases"`
-}
-
-// PhaseSummary holds the peaks of one phase.
-type PhaseSummary struct {
-	Phase   classify.Phase `json:"phase"`
-	Samples int            `json:"samples"`
-	GPU     []DevicePeak   `json:"gpu,omitempty"`
-	// PeakFraction is the largest peak/capacity over the GPUs (0 without).
-	PeakFraction float64 `json:"peak_fraction"`
-	// Host: the process tree's peak (PSS) against the ceiling that applies.
-	HostPeakBytes    uint64  `json:"host_peak_bytes"`
-	HostLimitBytes   uint64  `json:"host_limit_bytes"`
-	HostPeakMs       int64   `json:"host_peak_ms"`
-	HostPeakFraction float64 `json:"host_peak_fraction"`
-	// Cgroup: the working set's peak against the cgroup limit (0 when the
-	// cgroup has no limit).
-	CgroupPeakBytes  uint64 `json:"cgroup_peak_bytes,omitempty"`
-	CgroupLimitBytes uint64 `json:"cgroup_limit_bytes,omitempty"`
-	// RAM: the machine's peak use (MemTotal - MemAvailable) against MemTotal.
-	RAMPeakBytes  uint64 `json:"ram_peak_bytes"`
-	RAMTotalBytes uint64 `json:"ram_total_bytes"`
-	MaxWorkers    int    `json:"max_workers"`
-}
-
-// DevicePeak is the peak of one GPU in one phase.
-type DevicePeak struct {
-	ID            string `json:"id"`
-	UUID          string `json:"uuid"`
-	PeakBytes     uint64 `json:"peak_bytes"`
-	CapacityBytes uint64 `json:"capacity_bytes"`
-	HeadroomBytes uint64 `json:"headroom_bytes"`
-	PeakMs        int64  `json:"peak_ms"`
-	// PeakJobBytes is the largest per-process figure of the job (0 when NVML
-	// never attributed memory to the job's processes).
-	PeakJobBytes uint64 `json:"peak_job_bytes,omitempty"`
-}
-
-// PeakFraction returns, for phase p, the largest peak/capacity over the GPUs
-// (0 when the phase was not sampled or no GPU was). This is the figure the
-// policy compares with its thresholds.
-func (s Summary) PeakFraction(p classify.Phase) float64 {
-	for _, ps := range s.Phases {
-		if ps.Phase == p {
-			return ps.PeakFraction
-		}
-	}
-	return 0
-}
-
-// Phase returns the summary of phase p, and false when it was not sampled.
-func (s Summary) Phase(p classify.Phase) (PhaseSummary, bool) {
-	for _, ps := range s.Phases {
-		if ps.Phase == p {
-			return ps, true
-		}
-	}
-	return PhaseSummary{}, false
-}
-
-// MaxPeakFraction is the largest PeakFraction over all phases.
-func (s Summary) MaxPeakFraction() float64 {
-	m := 0.0
-	for _, ps := range s.Phases {
-		m = math.Max(m, ps.PeakFraction)
-	}
-	return m
-}
+// Kinds of memory warning; the values are a contract (events.jsonl,
+// docs/memory.md).
+const (
+	WarnHostMemory = record.WarnHostMemory
+	WarnValPeak    = record.WarnValPeak
+	WarnLeakTrend  = record.WarnLeakTrend
+)
 
 // Sampler samples a job's GPU and host memory from outside: at BaseHz,
 // faster (FastHz) during validation and for FastFor after any phase change,
@@ -775,7 +683,7 @@ func (s *Sampler) Summary() Summary {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		out.Devices = append(out.Devices, s.devices[id])
+		out.Devices = append(out.Devices, record.GPUDevice(s.devices[id]))
 	}
 	phases := make([]classify.Phase, 0, len(s.acc))
 	for p := range s.acc {

@@ -9,11 +9,11 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // TimelineFile is the name of the memory timeline in a run directory.
-const TimelineFile = rundir.Timeline
+const TimelineFile = record.Timeline
 
 // OpenTimeline opens (creating it if needed) the timeline file at path for
 // appending, and writes TimelineHeader when the file is empty, so that the
