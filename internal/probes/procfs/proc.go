@@ -306,12 +306,18 @@ func (p *procFS) pids(out []int) ([]int, error) {
 }
 
 // hasEnv reports whether the initial environment of pid holds entry
-// ("KEY=VALUE") as a whole entry. Unreadable environments (another user's
-// process without root, a zombie, a kernel thread) hold nothing.
-func (p *procFS) hasEnv(pid int, entry []byte) bool {
+// ("KEY=VALUE") as a whole entry. known is false when the environment reads
+// empty, which a process shows for a moment while it execs (the new program's
+// environment is not in place yet), and a zombie for good: look again later.
+// An environment that cannot be read (another user's process, without root)
+// holds nothing.
+func (p *procFS) hasEnv(pid int, entry []byte) (has, known bool) {
 	b, err := p.read(p.pidPath(pid, "environ"))
 	if err != nil {
-		return false
+		return false, true
+	}
+	if len(b) == 0 {
+		return false, false
 	}
 	for len(b) > 0 {
 		e := b
@@ -321,10 +327,10 @@ func (p *procFS) hasEnv(pid int, entry []byte) bool {
 			b = nil
 		}
 		if bytes.Equal(e, entry) {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, true
 }
 
 // cmdline returns /proc/PID/cmdline with NULs as spaces ("" for kernel

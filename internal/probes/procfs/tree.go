@@ -62,9 +62,10 @@ type Tree struct {
 	scans   uint64
 	quick   int // quick scans since the last full one
 	// Scratch space of scan.
-	in     map[int]bool
-	pidBuf []int
-	procs  []Proc
+	in        map[int]bool
+	undecided []int // pids whose environment read empty (see hasEnv)
+	pidBuf    []int
+	procs     []Proc
 
 	mu   sync.Mutex // guards root and last
 	root int
@@ -225,10 +226,13 @@ func (t *Tree) scan(full bool) []Proc {
 			if t.checked[id] {
 				continue
 			}
-			if t.fs.hasEnv(p.PID, t.marker) {
+			switch has, known := t.fs.hasEnv(p.PID, t.marker); {
+			case has:
 				in[p.PID], found = true, true
-			} else if !p.Zombie() {
+			case known:
 				t.checked[id] = true
+			default:
+				t.undecided = append(t.undecided, p.PID)
 			}
 		}
 		if found {
@@ -259,6 +263,10 @@ func (t *Tree) scan(full bool) []Proc {
 			t.outside[p.PID] = t.scans
 		}
 	}
+	for _, pid := range t.undecided {
+		delete(t.outside, pid) // read again at the next scan, quick or not
+	}
+	t.undecided = t.undecided[:0]
 	t.mu.Lock()
 	for i := range out {
 		if out[i].PID == t.root {

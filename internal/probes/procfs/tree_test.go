@@ -2,9 +2,11 @@ package procfs
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +66,59 @@ func TestTreeMembershipRule(t *testing.T) {
 // taken for this one's.
 func testMarker() string {
 	return "GPUGUARD_TEST_TOKEN=" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// fakeProc writes /proc/PID/stat (and environ, unless nil) of a sleeping
+// process under root.
+func fakeProc(t *testing.T, root string, pid, ppid int, start uint64, environ []string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (sh) S %d %d %d 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 1000 10\n", pid, ppid, pid, pid, start)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if environ != nil {
+		env := strings.Join(environ, "\x00")
+		if len(environ) > 0 {
+			env += "\x00"
+		}
+		if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(env), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A process whose environment reads empty (as one does for a moment while
+// it execs) is neither taken for the job's nor for a stranger's: the next
+// scan, quick or not, reads it again. One whose environment lacks the
+// marker is read once.
+func TestTreeRereadsAnEnvironmentThatReadEmpty(t *testing.T) {
+	const marker = "GPUGUARD_ATTEMPT_TOKEN=t1"
+	root := t.TempDir()
+	fakeProc(t, root, 10, 1, 100, []string{marker})
+	fakeProc(t, root, 20, 1, 200, []string{})            // mid-exec
+	fakeProc(t, root, 30, 1, 200, []string{"PATH=/bin"}) // a stranger
+	tr := NewTree(root, marker)
+	if _, err := tr.SetRoot(10); err != nil {
+		t.Fatal(err)
+	}
+	if got := pidsOf(tr.Scan()); !slices.Equal(got, []int{10}) {
+		t.Fatalf("scan %v, want [10]", got)
+	}
+	_, out20 := tr.outside[20]
+	_, out30 := tr.outside[30]
+	if out20 || tr.checked[procID{20, 200}] || !out30 || !tr.checked[procID{30, 200}] {
+		t.Errorf("20 outside %v checked %v (want neither), 30 outside %v checked %v (want both)",
+			out20, tr.checked[procID{20, 200}], out30, tr.checked[procID{30, 200}])
+	}
+	fakeProc(t, root, 20, 1, 200, []string{"PATH=/bin", marker}) // the exec is done
+	fakeProc(t, root, 30, 1, 200, []string{marker})              // read once: not again
+	if got := pidsOf(tr.ScanQuick()); !slices.Equal(got, []int{10, 20}) {
+		t.Errorf("quick scan %v, want [10 20]", got)
+	}
 }
 
 // startJob starts script under sh with the marker in its environment, in a
