@@ -55,9 +55,9 @@ type Tree struct {
 	// checked holds the processes whose environment was read and lacks the
 	// marker: each is read once.
 	checked map[procID]bool
-	// outside holds the pids that a scan found alive and outside the job,
-	// with the number of the last scan that did; quick scans do not read
-	// them again (see ScanQuick).
+	// outside holds the pids that a scan found outside the job, with the
+	// number of the last scan that did; quick scans do not read them again
+	// (see ScanQuick).
 	outside map[int]uint64
 	scans   uint64
 	quick   int // quick scans since the last full one
@@ -251,20 +251,22 @@ func (t *Tree) scan(full bool) []Proc {
 		}
 	}
 
+	// Those not taken in are outside, zombies included: a zombie cannot
+	// fork, and its parent can only change to a reaper. Those whose
+	// environment could not be read yet are read again at the next scan.
 	out := make([]Proc, 0, len(in))
 	for _, p := range procs {
-		switch {
-		case in[p.PID]:
+		if in[p.PID] {
 			out = append(out, p)
 			if !p.Zombie() {
 				t.seen[p.PID] = p.Start
 			}
-		case !p.Zombie():
+		} else {
 			t.outside[p.PID] = t.scans
 		}
 	}
 	for _, pid := range t.undecided {
-		delete(t.outside, pid) // read again at the next scan, quick or not
+		delete(t.outside, pid)
 	}
 	t.undecided = t.undecided[:0]
 	t.mu.Lock()
