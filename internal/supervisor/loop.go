@@ -478,7 +478,7 @@ func (l *loop) runOne(n int, argv, env []string, ckpt string) (attemptRow, class
 		Started: func(a *Attempt) {
 			l.slurm.attach(a) // Slurm hook (supervisor/slurm.go)
 			sampled.Add(1)
-			go func() { defer sampled.Done(); sampler.Run(ctx, a.PID) }()
+			go func() { defer sampled.Done(); sampler.RunJob(ctx, a) }()
 			// After an out-of-memory line the job gets oom_grace to exit by
 			// itself; other ranks may hang in a collective until NCCL's
 			// timeout, tens of minutes, so then the whole tree is stopped.

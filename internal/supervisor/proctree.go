@@ -14,7 +14,9 @@ import (
 // processes are the job's is decided by procfs.Tree (the main child, its
 // descendants, and every process carrying the attempt's marker variable,
 // MarkerVar, in its initial environment; a member stays one for as long as
-// it lives); the tracker owns an attempt's Tree, knowing its marker.
+// it lives); the tracker owns an attempt's Tree, knowing its marker, and
+// hands the same members to the memory sampler (Attempt.Processes) that it
+// stops and kills.
 
 // MarkerVar is set in every job's environment to a token unique to the
 // attempt, so that gpuguard (and its watchdog, should gpuguard die) can find
@@ -83,6 +85,12 @@ func (t *tracker) scan() []procInfo { return infosOf(t.tree.Scan()) }
 // scan, and every tenth time all of them (procfs.Tree.ScanQuick). Stopping
 // and killing always use scan.
 func (t *tracker) scanQuick() []procInfo { return infosOf(t.tree.ScanQuick()) }
+
+// Processes appends to dst the job's live processes as the tracker's latest
+// scan found them, the main child first while it lives: the processes
+// gpuguard would stop and kill, for the memory sampler. With PID it makes
+// an Attempt a procfs.ProcessList. It reads nothing.
+func (a *Attempt) Processes(dst []procfs.Proc) []procfs.Proc { return a.tracker.tree.Processes(dst) }
 
 // signalProcs sends sig to every process in ps that is not a zombie and not
 // excluded. Errors (the process is already gone) are ignored.

@@ -68,6 +68,37 @@ func TestReadHostFakeTree(t *testing.T) {
 	}
 }
 
+// ReadJob measures what the job's ProcessList lists: on testdata/proc/job,
+// with the job's marker, the tree of 100 and also 300, re-parented to init
+// but holding the marker, and its child 301; ReadHost, by parentage, does
+// not count them.
+func TestReadJobMeasuresTheJobsProcesses(t *testing.T) {
+	job := NewTree("testdata/proc/job", "GPUGUARD_ATTEMPT_TOKEN=t1")
+	if _, err := job.SetRoot(100); err != nil {
+		t.Fatal(err)
+	}
+	job.Scan()
+	r := NewHostReader("testdata/proc/job")
+	defer r.Close()
+	h, err := r.ReadJob(job, time.Now(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTree, err := ReadHost("testdata/proc/job", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Processes != 7 || byTree.Processes != 5 {
+		t.Errorf("processes: job %d, want 7; tree by parentage %d, want 5", h.Processes, byTree.Processes)
+	}
+	if want := byTree.RSSBytes + (7000+100)*procPageSize; h.RSSBytes != want {
+		t.Errorf("RSS %d, want %d (the tree's and 300's and 301's)", h.RSSBytes, want)
+	}
+	if pids := r.Pids(nil); len(pids) != 7 || pids[0] != 100 {
+		t.Errorf("pids %v, want 7, the root first", pids)
+	}
+}
+
 func TestReadHostGone(t *testing.T) {
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
