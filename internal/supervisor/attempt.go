@@ -308,8 +308,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 	}
 	closeAll(childSide)
 	a.pid = cmd.Process.Pid
-	a.tracker.setRoot(a.pid)
-	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.seen[a.pid]}})
+	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.setRoot(a.pid)}})
 
 	if spec.Scan != nil {
 		a.queue = newScanQueue(func() {

@@ -398,7 +398,7 @@ func TestStopKillsTheWholeTree(t *testing.T) {
 			}
 			for _, p := range pids {
 				if _, err := os.Stat(fmt.Sprintf("/proc/%d", p)); !errors.Is(err, os.ErrNotExist) {
-					st, _ := readStat(p, make([]byte, 1024))
+					st, _ := readStat(p)
 					t.Errorf("process %d is still there: %+v", p, st)
 				}
 			}

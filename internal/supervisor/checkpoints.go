@@ -77,6 +77,9 @@ func (l *loop) latestCheckpoint(wait bool) string {
 		if err != nil && l.log != nil {
 			l.log.Warn("checkpoint scan failed", zap.Error(err))
 		}
+		if l.ckpts != nil && !l.writersGone.IsZero() {
+			l.ckpts.MarkPlaced(all)
+		}
 		sel := checkpoint.Select(l.resumeRule(), append(candidates, all...))
 		if !sel.Pending || !wait || time.Now().After(deadline) {
 			if sel.Found {

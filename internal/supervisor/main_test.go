@@ -214,7 +214,7 @@ func gone(t *testing.T, pids ...int) {
 			continue // no such process
 		}
 		for {
-			p, ok := readStat(pid, make([]byte, 1024))
+			p, ok := readStat(pid)
 			if !ok || p.zombie() {
 				if ok && p.ppid == os.Getpid() {
 					var ws syscall.WaitStatus
@@ -236,7 +236,7 @@ func gone(t *testing.T, pids ...int) {
 
 // running reports whether pid is alive (not a zombie).
 func running(pid int) bool {
-	p, ok := readStat(pid, make([]byte, 1024))
+	p, ok := readStat(pid)
 	return ok && !p.zombie()
 }
 

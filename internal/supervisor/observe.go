@@ -126,7 +126,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 		Started: func(a *Attempt) {
 			l.slurm.attach(a) // Slurm hook (supervisor/slurm.go)
 			sampled.Add(1)
-			go func() { defer sampled.Done(); sampler.Run(ctx, a.PID) }()
+			go func() { defer sampled.Done(); sampler.RunJob(ctx, a) }()
 			// After an out-of-memory line the job gets oom_grace to exit by
 			// itself (oomgrace.go).
 			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)

@@ -1,12 +1,19 @@
 package supervisor
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/internal/probes/gpu/gputest"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 )
 
 func pidsOf(ps []procInfo) []int {
@@ -18,74 +25,89 @@ func pidsOf(ps []procInfo) []int {
 	return out
 }
 
-// Quick scans find the same tree as full ones: the members, a grandchild in
-// a session of its own, and a process that appears between scans; an
-// unrelated process is kept outside without being read again until the
-// next full scan.
-func TestQuickScanFindsTheTree(t *testing.T) {
-	other := exec.Command("sleep", "60")
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+// readStat reads one process; ok is false when it is gone.
+func readStat(pid int) (procInfo, bool) {
+	p, err := procfs.ReadStat("/proc", pid)
+	return infoOf(p), err == nil
+}
 
-	dir := t.TempDir()
-	a := start(t, AttemptSpec{Argv: fake("tree", filepath.Join(dir, "pids")), Grace: time.Second})
-	gc := readPids(t, filepath.Join(dir, "pids"))
-	tr := a.tracker
-	tr.mu.Lock()
-	tr.quick = 0
-	tr.mu.Unlock()
-
-	quick := pidsOf(tr.scanQuick())
-	for _, p := range append([]int{a.PID()}, gc...) {
-		if !slices.Contains(quick, p) {
-			t.Errorf("quick scan %v lacks %d", quick, p)
+// listProcs reads every process in /proc.
+func listProcs() []procInfo {
+	ents, _ := os.ReadDir("/proc")
+	var out []procInfo
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			if p, ok := readStat(pid); ok {
+				out = append(out, p)
+			}
 		}
 	}
-	if slices.Contains(quick, other.Process.Pid) {
-		t.Errorf("quick scan %v holds the unrelated process %d", quick, other.Process.Pid)
-	}
-	tr.mu.Lock()
-	kept := tr.outside[other.Process.Pid]
-	tr.mu.Unlock()
-	if !kept {
-		t.Errorf("the unrelated process %d is not remembered as outside the tree", other.Process.Pid)
-	}
-	if full := pidsOf(tr.scan()); !slices.Equal(full, quick) {
-		t.Errorf("full scan %v, quick scan %v", full, quick)
-	}
+	return out
+}
 
-	// A process of the job that starts after the last quick scan, in a
-	// session of its own: found by the next quick one, being new.
-	r, w, err := os.Pipe()
+// The killer and the memory sampler agree on what the job is. The job
+// leaves behind a process that is no longer in its tree: a shell in a
+// session of its own starts it and exits, and it is re-parented to gpuguard
+// (the subreaper), but it carries the attempt's marker. The tracker finds
+// it, the sampler (which used to walk the tree by parentage, and missed it)
+// measures it and hands its pid to the GPU probe, and Kill kills it.
+func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
+	dir := t.TempDir()
+	pidFile, leftFile := filepath.Join(dir, "escaped"), filepath.Join(dir, "left")
+	env := append(os.Environ(), "PIDFILE="+pidFile, "LEFTFILE="+leftFile,
+		// Written once the escaped shell runs (its environment is in place),
+		// then kept alive.
+		`ESCAPE=echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 60; done`)
+	a := start(t, AttemptSpec{Env: env, Grace: time.Second, Argv: []string{"sh", "-c",
+		`setsid sh -c 'sh -c "$ESCAPE" </dev/null >/dev/null 2>&1 &'
+		echo left > "$LEFTFILE.tmp" && mv "$LEFTFILE.tmp" "$LEFTFILE"
+		exec sleep 60`}})
+	escaped, err := strconv.Atoi(strings.TrimSpace(waitFile(t, pidFile, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	late := filepath.Join(dir, "late")
-	b := start(t, AttemptSpec{Argv: []string{"sh", "-c", "read x; setsid sleep 60 </dev/null & echo $! $$ > " + late + "; wait"}, Stdin: r, Grace: time.Second})
-	r.Close()
-	if q := pidsOf(b.tracker.scanQuick()); !slices.Equal(q, []int{b.PID()}) {
-		t.Errorf("quick scan before the fork: %v, want only the shell %d", q, b.PID())
+	waitFile(t, leftFile, "\n") // the shell that started it has exited
+	if p, ok := readStat(escaped); !ok || p.ppid != os.Getpid() {
+		t.Fatalf("escaped process %d: %+v, want it re-parented to the test process (the subreaper)", escaped, p)
 	}
-	w.Write([]byte("go\n"))
-	sleeper := readPids(t, late)[0]
-	if q := pidsOf(b.tracker.scanQuick()); !slices.Contains(q, sleeper) {
-		t.Errorf("quick scan %v lacks %d, started after the last scan", q, sleeper)
+	if h, err := procfs.ReadHost("/proc", a.PID()); err != nil || h.Processes != 1 {
+		t.Fatalf("the main child's tree by parentage: %d processes, %v; want the main child alone", h.Processes, err)
 	}
 
-	// The full scan comes back every fullScanEvery-th time.
-	tr.mu.Lock()
-	tr.quick = fullScanEvery - 1
-	tr.mu.Unlock()
-	tr.scanQuick()
-	tr.mu.Lock()
-	n := tr.quick
-	tr.mu.Unlock()
-	if n != 0 {
-		t.Errorf("after %d quick scans the counter is %d, want a full scan and 0", fullScanEvery, n)
+	killer := pidsOf(a.tracker.scan())
+	if !slices.Contains(killer, escaped) || !slices.Contains(killer, a.PID()) {
+		t.Fatalf("the tracker finds %v, want the main child %d and the escaped %d", killer, a.PID(), escaped)
 	}
+
+	gpu := gputest.NewFake(1, 1<<30)
+	sampled := make(chan struct{}, 1)
+	gpu.Notify(sampled)
+	s := memory.NewSampler(memory.SamplerConfig{GPU: gpu})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); s.RunJob(ctx, a) }()
+	<-sampled
+	cancel()
+	<-ran
+	measured := gpu.Pids()
+	if !slices.Contains(measured, escaped) || !slices.Contains(measured, a.PID()) {
+		t.Errorf("the sampler measured %v, want the main child %d and the escaped %d", measured, a.PID(), escaped)
+	}
+	// The escaped shell's sleep may start after the sampler's look, not the
+	// other way round: what was measured, the killer still sees.
+	killer = pidsOf(a.tracker.scan())
+	for _, pid := range measured {
+		if !slices.Contains(killer, pid) {
+			t.Errorf("the sampler measured %d, which the killer does not see (%v)", pid, killer)
+		}
+	}
+
+	a.Kill("test")
+	res := waitDone(t, a)
+	if !res.Killed {
+		t.Errorf("result %+v: want SIGKILL sent", res)
+	}
+	gone(t, escaped)
 }
 
 // BenchmarkTrackerScan: one look at a job's tree (a fake trainer with two
@@ -93,7 +115,7 @@ func TestQuickScanFindsTheTree(t *testing.T) {
 // (every process's stat file) and by the periodic quick scan (members and
 // new processes; every fullScanEvery-th one full):
 //
-//	go test ./supervisor -run '^$' -bench TrackerScan
+//	go test ./internal/supervisor -run '^$' -bench TrackerScan
 func BenchmarkTrackerScan(b *testing.B) {
 	for i := 0; i < 300; i++ {
 		c := exec.Command("sleep", "600")

@@ -146,7 +146,7 @@ func TestKill9OfGpuguardLeavesNoProcess(t *testing.T) {
 // children.
 func childOf(t *testing.T, parent int, arg string) int {
 	t.Helper()
-	for _, p := range listProcs(nil, nil) {
+	for _, p := range listProcs() {
 		if p.ppid != parent {
 			continue
 		}

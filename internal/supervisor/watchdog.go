@@ -157,8 +157,6 @@ func watchdogMain() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE, syscall.SIGTTOU, syscall.SIGTTIN)
 
 	t := newTracker(token)
-	since := uint64(0)
-	first := true
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := sc.Text()
@@ -168,14 +166,10 @@ func watchdogMain() int {
 		var pid int
 		var start uint64
 		if _, err := fmt.Sscanf(line, "p %d %d", &pid, &start); err == nil && pid > 0 {
-			t.seen[pid] = start
-			if first || start < since {
-				since, first = start, false
-			}
+			t.remember(pid, start)
 		}
 	}
 	// End of file without "done": gpuguard is gone.
-	t.since = since
 	killTreeOrphaned(t, time.Duration(grace))
 	return 0
 }

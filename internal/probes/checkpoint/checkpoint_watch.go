@@ -70,6 +70,9 @@ type Watcher struct {
 	syncN    int
 	syncWait map[string]chan struct{}
 
+	// asks are functions the loop runs between events, with its state.
+	asks chan func()
+
 	// Owned by the loop (and by Watch before the loop starts).
 	entries   map[string]*ckptEntry // by checkpoint path
 	watched   map[string]bool       // directories handed to fsnotify
@@ -91,6 +94,12 @@ type ckptEntry struct {
 	rule      ckptRule
 	renamed   bool
 	lastEvent time.Time
+	// created: the watcher saw the path appear (a create or a rename into
+	// place); wrote: when it last saw the path itself written (zero: not
+	// since it appeared). A path that appeared and was never written was
+	// placed whole, as atomic writers place a file.
+	created bool
+	wrote   time.Time
 	hasPrev   bool
 	prevSize  int64
 	prevMod   time.Time
@@ -131,6 +140,7 @@ func watchCheckpoints(dir string, spec Spec, log *zap.Logger, o ckptWatchOpts) (
 		cs:        cs,
 		log:       log,
 		updates:   make(chan Checkpoint, 1),
+		asks:      make(chan func()),
 		done:      make(chan struct{}),
 		exited:    make(chan struct{}),
 		now:       o.now,
@@ -223,6 +233,32 @@ func (w *Watcher) Sync(timeout time.Duration) bool {
 	return false
 }
 
+// MarkPlaced sets MovedAfterWrite on each of cs that the watcher saw appear
+// (created or renamed into place) and never written after: placed whole,
+// as atomic writers place a file, even where fsnotify did not pair the
+// rename's two halves and the file's times do not show it. Call Sync first
+// for what happened just before. A watcher without fsnotify knows nothing
+// and changes nothing.
+func (w *Watcher) MarkPlaced(cs []Checkpoint) {
+	if w.fsw == nil {
+		return
+	}
+	done := make(chan struct{})
+	ask := func() {
+		defer close(done)
+		for i := range cs {
+			if e := w.entries[cs[i].Path]; e != nil && !e.gone && e.created && e.wrote.IsZero() {
+				cs[i].MovedAfterWrite = true
+			}
+		}
+	}
+	select {
+	case w.asks <- ask:
+		<-done
+	case <-w.exited:
+	}
+}
+
 // synced marks the barrier file name reached (see Sync).
 func (w *Watcher) synced(name string) {
 	w.mu.Lock()
@@ -265,6 +301,8 @@ func (w *Watcher) loop() {
 		select {
 		case <-w.done:
 			return
+		case f := <-w.asks:
+			f()
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -361,6 +399,7 @@ func (w *Watcher) onEvent(ev fsnotify.Event) {
 		if f.path == name { // a link (re)created says nothing about its target
 			e.renamed = renamedInto
 			e.lastEvent = now
+			e.created, e.wrote = true, time.Time{}
 		}
 		w.update(e, now)
 		changed = true
@@ -369,6 +408,7 @@ func (w *Watcher) onEvent(ev fsnotify.Event) {
 		changed = true
 	case ev.Has(fsnotify.Write) && e != nil:
 		e.lastEvent = now
+		e.wrote = now
 		if e.cp.Complete || e.renamed { // written again: no longer complete
 			e.renamed = false
 			w.update(e, now)

@@ -757,3 +757,39 @@ func TestWatchSyncSeesEveryRenameBeforeIt(t *testing.T) {
 		t.Error("Sync on a closed watcher reported success")
 	}
 }
+
+// MarkPlaced tells a checkpoint placed whole (renamed into place) from one
+// written in place, by what the watcher saw happen to the path itself.
+func TestWatchMarkPlaced(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := ckptStartWatch(t, dir, Spec{Globs: []string{"ckpt/step_*.pt"}, Quiet: time.Hour, Poll: time.Hour}, zap.NewNop(), ckptWatchOpts{})
+	if w.syncDir == "" {
+		t.Skip("fsnotify is not available here")
+	}
+	ckptRenameInto(t, dir, "ckpt/step_1.pt", "weights")
+	f, err := os.Create(filepath.Join(dir, "ckpt", "step_2.pt")) // torch.save in place
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("half of the weig")
+	f.Close()
+	if !w.Sync(ckptWaitLimit) {
+		t.Fatal("Sync timed out")
+	}
+	all, err := Scan(dir, Spec{Globs: []string{"ckpt/step_*.pt"}, Quiet: time.Hour}, time.Now())
+	if err != nil || len(all) != 2 {
+		t.Fatalf("Scan: %v %+v", err, all)
+	}
+	for i := range all {
+		all[i].MovedAfterWrite = false // what the file's times say is another test's
+	}
+	w.MarkPlaced(all)
+	for _, c := range all {
+		if want := filepath.Base(c.Path) == "step_1.pt"; c.MovedAfterWrite != want {
+			t.Errorf("%s: placed %v, want %v", filepath.Base(c.Path), c.MovedAfterWrite, want)
+		}
+	}
+}

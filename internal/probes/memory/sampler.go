@@ -254,13 +254,36 @@ func (s *Sampler) interval(now time.Time) time.Duration {
 	return time.Duration(float64(time.Second) / hz)
 }
 
-// Run samples the process tree of rootPID() until ctx is done. rootPID is
-// asked before every sample; while it returns 0 or less (no child yet, or
-// between attempts) nothing is sampled. A root that is gone is skipped
-// quietly. Run blocks; start it with `go`. NVML calls never delay Run by
-// more than GPUTimeout per sample. Run keeps a few /proc and cgroup files
-// open while it runs and closes them when it returns.
+// RunJob samples the memory of job until ctx is done: the processes
+// job.Processes lists, which for a supervised job are the ones the
+// supervisor would stop and kill (procfs.Tree's rule), with job.PID() as the
+// root whose cgroup is read. While job.PID() is 0 or less nothing is
+// sampled; a root that is gone is skipped quietly. RunJob blocks; start it
+// with `go`. NVML calls never delay it by more than GPUTimeout per sample.
+// It keeps a few /proc and cgroup files open while it runs and closes them
+// when it returns.
+func (s *Sampler) RunJob(ctx context.Context, job procfs.ProcessList) {
+	s.loop(ctx, func(ctx context.Context) {
+		if job.PID() > 0 {
+			s.tickJob(ctx, job)
+		}
+	})
+}
+
+// Run is RunJob for a caller with no supervisor to list the job's
+// processes: it samples the tree of rootPID(), the root and its
+// descendants by parentage (procfs.HostReader.Read). rootPID is asked
+// before every sample; while it returns 0 or less nothing is sampled.
 func (s *Sampler) Run(ctx context.Context, rootPID func() int) {
+	s.loop(ctx, func(ctx context.Context) {
+		if pid := rootPID(); pid > 0 {
+			s.tick(ctx, pid)
+		}
+	})
+}
+
+// loop calls sample at the sampling rate until ctx is done.
+func (s *Sampler) loop(ctx context.Context, sample func(context.Context)) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	defer s.host.Close()
@@ -277,18 +300,29 @@ func (s *Sampler) Run(ctx context.Context, rootPID func() int) {
 				}
 			}
 		}
-		if pid := rootPID(); pid > 0 {
-			s.tick(ctx, pid)
-		}
+		sample(ctx)
 		t.Reset(s.interval(s.cfg.Now()))
 	}
 }
 
-// tick takes one sample of the tree of pid: host, then GPU, then the
-// bookkeeping, the timeline rows and the warnings.
+// tickJob takes one sample of job's processes.
+func (s *Sampler) tickJob(ctx context.Context, job procfs.ProcessList) {
+	now := s.cfg.Now()
+	hs, err := s.host.ReadJob(job, now, false)
+	s.sample(ctx, now, hs, err)
+}
+
+// tick takes one sample of the tree of pid.
 func (s *Sampler) tick(ctx context.Context, pid int) {
 	now := s.cfg.Now()
 	hs, err := s.host.Read(pid, now, false)
+	s.sample(ctx, now, hs, err)
+}
+
+// sample completes a sample whose host part is hs: the GPUs, with the pids
+// of the processes measured, then the bookkeeping, the timeline rows and
+// the warnings.
+func (s *Sampler) sample(ctx context.Context, now time.Time, hs procfs.HostSample, err error) {
 	if err != nil {
 		return // the root exited: the attempt is ending
 	}

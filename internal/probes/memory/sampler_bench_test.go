@@ -24,8 +24,8 @@ import (
 // Benchmarks of the sampler's cost, recorded in docs/performance.md
 // ("Sampler"). Run them with
 //
-//	CGO_CFLAGS=-Wno-deprecated-declarations go test ./probes -run '^$' -bench 'Sampler' -benchtime 2000x
-//	CGO_CFLAGS=-Wno-deprecated-declarations go test ./probes -run '^$' -bench 'Sampler24h' -benchtime 1x -timeout 30m
+//	CGO_CFLAGS=-Wno-deprecated-declarations go test ./internal/probes/memory -run '^$' -bench 'SamplerCPU' -benchtime 3000x
+//	CGO_CFLAGS=-Wno-deprecated-declarations go test ./internal/probes/memory -run '^$' -bench 'Sampler24h' -benchtime 1x -timeout 30m
 
 // benchGPU is an 8-GPU go-nvml mock (DGX A100) where every device lists the
 // given pid, opened through the real probe code (goroutine and timeout per
@@ -80,22 +80,32 @@ func memCPUTime() time.Duration {
 // user+system time, GC and goroutines included) for a real /proc tree of 51
 // processes and 8 mock GPUs, and reports it as a share of one core at the
 // sampling rate. The rate matters because PSS, command lines and the cgroup
-// location are refreshed once per second of sampler time.
+// location are refreshed once per second of sampler time. The job's process
+// list comes from a procfs.Tree scanned once, as the supervisor's tracker
+// scans it on its own schedule, whatever the sampler does (its cost is
+// BenchmarkTrackerScan's).
 func BenchmarkSamplerCPU(b *testing.B) {
 	root := memStartTree(b, 50)
 	gpu := benchGPU(b, root)
+	job := procfs.NewTree("/proc", "")
+	if _, err := job.SetRoot(root); err != nil {
+		b.Fatal(err)
+	}
+	if n := len(job.Scan()); n != 51 {
+		b.Fatalf("the job has %d processes, want 51", n)
+	}
 	for _, hz := range []float64{10, 100} {
 		b.Run(fmt.Sprintf("%gHz", hz), func(b *testing.B) {
 			c := &memClock{t: memT0}
 			s := NewSampler(SamplerConfig{GPU: gpu, Now: c.Now, Timeline: memDiscard{}, OnWarning: func(Warning) {}})
 			step := time.Duration(float64(time.Second) / hz)
 			ctx := context.Background()
-			s.tick(ctx, root) // warm the caches
+			s.tickJob(ctx, job) // warm the caches
 			b.ResetTimer()
 			start := memCPUTime()
 			for i := 0; i < b.N; i++ {
 				c.Add(step)
-				s.tick(ctx, root)
+				s.tickJob(ctx, job)
 			}
 			cpu := memCPUTime() - start
 			b.StopTimer()

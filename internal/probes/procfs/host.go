@@ -10,7 +10,7 @@ import (
 // HostSample is one measurement of a job's host memory.
 type HostSample struct {
 	RootPID   int `json:"root_pid"`
-	Processes int `json:"processes"` // in the tree, the root included
+	Processes int `json:"processes"` // the job's, the root included
 	// Workers counts DataLoader-like worker processes in the tree. The rule:
 	// a process is a worker when (1) it runs Python (its executable's name,
 	// or its command name when the executable cannot be read, starts with
@@ -58,32 +58,39 @@ func (h HostSample) LimitBytes() uint64 {
 	return h.MemTotalBytes
 }
 
-// ReadHost measures the process tree of rootPID (pass the job's pid) under
-// procRoot (normally "/proc"): RSS and PSS of every process, the worker
-// count, the machine's MemTotal/MemAvailable and the memory cgroup of
-// rootPID. It fails when rootPID is gone or /proc/meminfo is unreadable;
-// processes of the tree that exit while it reads are skipped, and a cgroup
-// that cannot be read leaves Cgroup nil with CgroupErr saying why.
+// ReadHost measures the process tree of rootPID under procRoot (normally
+// "/proc"): the root and its descendants (parentage alone: no job marker;
+// see Tree), their RSS and PSS, the worker count, the machine's
+// MemTotal/MemAvailable and the memory cgroup of rootPID. It is for callers
+// with no supervisor (gpuguard doctor); a supervised job is measured with
+// HostReader.ReadJob. It fails when rootPID is gone or /proc/meminfo is
+// unreadable; processes of the tree that exit while it reads are skipped,
+// and a cgroup that cannot be read leaves Cgroup nil with CgroupErr saying
+// why.
 func ReadHost(procRoot string, rootPID int) (HostSample, error) {
 	r := NewHostReader(procRoot)
 	defer r.Close()
 	return r.Read(rootPID, time.Now(), true)
 }
 
-// HostReader is the stateful reader the sampler uses. It walks the process
-// tree (and refreshes PSS, command lines, executables and the cgroup's
-// location) at most once per refresh period, since reading smaps_rollup
-// walks the page tables of the whole process; in between it re-reads only
-// the RSS of the known members (statm), through descriptors it keeps open,
-// and the hot cgroup and meminfo files. A process started between two walks
-// is counted from the next walk on. close releases the descriptors.
+// HostReader is the stateful reader the sampler uses. It takes the job's
+// members from a ProcessList (and refreshes their PSS, command lines and
+// executables, and the cgroup's location) at most once per refresh period,
+// since reading smaps_rollup walks the page tables of the whole process; in
+// between it re-reads only the RSS of the known members (statm), through
+// descriptors it keeps open, and the hot cgroup and meminfo files. A
+// process that joins the job between two refreshes is counted from the next
+// one on. Close releases the descriptors.
 type HostReader struct {
 	p       *procFS
 	fsRoot  string
 	refresh time.Duration
 
+	own  *Tree  // what Read measures: rootPID's tree, by parentage
+	list []Proc // the job's process list, as ProcessList gave it
+
 	root     int
-	tree     []procStat
+	tree     []Proc // the members measured, root first
 	procs    map[int]*hostProc
 	lastFull time.Time
 	tick     uint64
@@ -105,7 +112,8 @@ type hostProc struct {
 	seenTick uint64
 }
 
-// NewHostReader returns a reader of the process trees under procRoot ("/proc" when empty); it keeps descriptors open between reads, and Close releases them.
+// NewHostReader returns a reader of jobs under procRoot ("/proc" when
+// empty); Close releases the descriptors it keeps.
 func NewHostReader(procRoot string) *HostReader {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -133,15 +141,39 @@ func (r *HostReader) Close() {
 	r.p.close()
 }
 
-// Read measures the tree of rootPID. full forces a walk.
+// ReadJob measures the processes of job, as job.Processes lists them, with
+// job.PID as the root (whose cgroup is measured). full forces a refresh of
+// the member list. It fails when the root is gone.
+func (r *HostReader) ReadJob(job ProcessList, now time.Time, full bool) (HostSample, error) {
+	return r.read(job.PID(), job, now, full)
+}
+
+// Read measures the tree of rootPID: the root and its descendants, found by
+// a Tree of the reader's own with no marker (a job's processes that left the
+// tree are not found: a supervised job is measured with ReadJob). full
+// forces a scan.
 func (r *HostReader) Read(rootPID int, now time.Time, full bool) (HostSample, error) {
+	if r.own == nil || r.own.PID() != rootPID {
+		r.own = NewTree(r.p.root, "")
+		r.own.SetRoot(rootPID)
+		full = true
+	}
+	return r.read(rootPID, nil, now, full)
+}
+
+// read measures the members of job (of r.own when job is nil).
+func (r *HostReader) read(rootPID int, job ProcessList, now time.Time, full bool) (HostSample, error) {
 	hs := HostSample{RootPID: rootPID}
 	if rootPID != r.root || r.lastFull.IsZero() || now.Sub(r.lastFull) >= r.refresh {
 		full = true
 	}
 	r.tick++
 	if full {
-		if err := r.walk(rootPID); err != nil {
+		if job == nil {
+			r.own.ScanQuick()
+			job = r.own
+		}
+		if err := r.refreshMembers(rootPID, job); err != nil {
 			return hs, err
 		}
 		r.lastFull = now
@@ -172,7 +204,7 @@ func (r *HostReader) Read(rootPID int, now time.Time, full bool) (HostSample, er
 	if r.cg != nil {
 		cg := *r.cg
 		if err := cg.read(r.p); err != nil {
-			hs.CgroupErr = err.Error() // moved or removed: located again at the next walk
+			hs.CgroupErr = err.Error() // moved or removed: located again at the next refresh
 		} else {
 			hs.Cgroup = &cg
 		}
@@ -182,14 +214,25 @@ func (r *HostReader) Read(rootPID int, now time.Time, full bool) (HostSample, er
 	return hs, nil
 }
 
-// walk finds the tree's members and refreshes what is cached about them.
-func (r *HostReader) walk(rootPID int) error {
-	var err error
-	r.tree, err = r.p.tree(rootPID, r.tree)
+// refreshMembers takes the members from job, reads their stat (the list may
+// be a scan old: a member that is gone since, or whose pid was reused, is
+// left out), and refreshes what is cached about them.
+func (r *HostReader) refreshMembers(rootPID int, job ProcessList) error {
+	root, err := r.p.stat(rootPID)
 	if err != nil {
-		return err
+		return fmt.Errorf("process %d: %w", rootPID, err)
 	}
 	r.root = rootPID
+	r.tree = append(r.tree[:0], root)
+	r.list = job.Processes(r.list[:0])
+	for _, m := range r.list {
+		if m.PID == rootPID {
+			continue
+		}
+		if st, err := r.p.stat(m.PID); err == nil && st.Start == m.Start {
+			r.tree = append(r.tree, st)
+		}
+	}
 	for _, st := range r.tree {
 		hp := r.procs[st.PID]
 		if hp != nil && hp.start != st.Start {
@@ -226,7 +269,7 @@ func (r *HostReader) walk(rootPID int) error {
 	return nil
 }
 
-// restat re-reads the RSS of the members found by the last walk.
+// restat re-reads the RSS of the members found by the last refresh.
 func (r *HostReader) restat(rootPID int) error {
 	n := 0
 	for _, old := range r.tree {
@@ -234,7 +277,7 @@ func (r *HostReader) restat(rootPID int) error {
 		st := old
 		var err error
 		if hp != nil && hp.fd >= 0 {
-			// statm through the descriptor: it names the process the walk
+			// statm through the descriptor: it names the process the refresh
 			// found (a reused PID does not), and costs less than stat.
 			st.RSSBytes, err = r.p.statmRSS(old.PID, hp.fd)
 		} else {
@@ -274,7 +317,8 @@ func (r *HostReader) locateCgroup(pid int) {
 	r.cg, r.cgErr = &cg, ""
 }
 
-// Workers applies the rule documented on HostSample.Workers to r.tree.
+// Workers applies the rule documented on HostSample.Workers to the members
+// measured last.
 func (r *HostReader) Workers() int {
 	n := 0
 	for _, st := range r.tree[1:] {
@@ -292,7 +336,8 @@ func (r *HostReader) Workers() int {
 	return n
 }
 
-// Pids returns the PIDs of the tree of the last read (for NVML attribution).
+// Pids returns the PIDs of the members measured last (for NVML
+// attribution).
 func (r *HostReader) Pids(out []int) []int {
 	out = out[:0]
 	for _, st := range r.tree {

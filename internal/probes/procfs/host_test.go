@@ -15,36 +15,35 @@ import (
 	"github.com/gpuguard/gpuguard/internal/humanize"
 )
 
-func TestParseProcStat(t *testing.T) {
+func TestParseStat(t *testing.T) {
 	// A command name with spaces and parentheses: fields count from the last ')'.
-	line := "4242 (my (odd) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 7 0 98765 1000000 2560 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
-	st, err := parseProcStat(4242, []byte(line))
+	line := "4242 (my (odd) name) S 17 4240 4239 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 7 0 98765 1000000 2560 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	st, err := ParseStat(4242, []byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Comm != "my (odd) name" || st.PPID != 17 || st.Threads != 7 || st.Start != 98765 || st.RSSBytes != 2560*procPageSize || st.State != 'S' {
+	if st.Comm != "my (odd) name" || st.PPID != 17 || st.PGID != 4240 || st.SID != 4239 || st.Threads != 7 ||
+		st.Start != 98765 || st.RSSBytes != 2560*procPageSize || st.State != 'S' || st.Zombie() {
 		t.Errorf("%+v", st)
 	}
-	if _, err := parseProcStat(1, []byte("1 (init) S 0 1")); err == nil {
+	if _, err := ParseStat(1, []byte("1 (init) S 0 1")); err == nil {
 		t.Error("a short stat line parsed")
 	}
-	if _, err := parseProcStat(1, []byte("garbage")); err == nil {
+	if _, err := ParseStat(1, []byte("garbage")); err == nil {
 		t.Error("garbage parsed")
 	}
 }
 
-// TestReadHostFakeTreeWithChildrenFiles reads probes/testdata/proc/children,
-// a tree as a kernel with CONFIG_PROC_CHILDREN shows it: a Python trainer
-// (two threads, children listed per thread) with a forked DataLoader worker
-// (and its sleep child), a spawn-method worker, the resource tracker, and an
-// unrelated Python process elsewhere.
-func TestReadHostFakeTreeWithChildrenFiles(t *testing.T) {
-	h, err := ReadHost("testdata/proc/children", 100)
+// TestReadHostFakeTree reads testdata/proc/job: a Python trainer with a
+// forked DataLoader worker (and its sleep child), a spawn-method worker, the
+// resource tracker, and unrelated processes elsewhere.
+func TestReadHostFakeTree(t *testing.T) {
+	h, err := ReadHost("testdata/proc/job", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h.Processes != 5 {
-		t.Errorf("processes = %d, want 5 (100, 102, 103, 104, 105; not 200)", h.Processes)
+		t.Errorf("processes = %d, want 5 (100, 102, 103, 104, 105; not 200, 300, 301, 302)", h.Processes)
 	}
 	if h.Workers != 2 {
 		t.Errorf("workers = %d, want 2 (forked 102, spawned 103; not the resource tracker or sleep)", h.Workers)
@@ -66,6 +65,37 @@ func TestReadHostFakeTreeWithChildrenFiles(t *testing.T) {
 	}
 	if h.Cgroup != nil || h.CgroupErr == "" {
 		t.Errorf("the fake tree has no cgroup; got %+v / %q", h.Cgroup, h.CgroupErr)
+	}
+}
+
+// ReadJob measures what the job's ProcessList lists: on testdata/proc/job,
+// with the job's marker, the tree of 100 and also 300, re-parented to init
+// but holding the marker, and its child 301; ReadHost, by parentage, does
+// not count them.
+func TestReadJobMeasuresTheJobsProcesses(t *testing.T) {
+	job := NewTree("testdata/proc/job", "GPUGUARD_ATTEMPT_TOKEN=t1")
+	if _, err := job.SetRoot(100); err != nil {
+		t.Fatal(err)
+	}
+	job.Scan()
+	r := NewHostReader("testdata/proc/job")
+	defer r.Close()
+	h, err := r.ReadJob(job, time.Now(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTree, err := ReadHost("testdata/proc/job", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Processes != 7 || byTree.Processes != 5 {
+		t.Errorf("processes: job %d, want 7; tree by parentage %d, want 5", h.Processes, byTree.Processes)
+	}
+	if want := byTree.RSSBytes + (7000+100)*procPageSize; h.RSSBytes != want {
+		t.Errorf("RSS %d, want %d (the tree's and 300's and 301's)", h.RSSBytes, want)
+	}
+	if pids := r.Pids(nil); len(pids) != 7 || pids[0] != 100 {
+		t.Errorf("pids %v, want 7, the root first", pids)
 	}
 }
 
@@ -182,9 +212,8 @@ func TestReadHostRealPythonTree(t *testing.T) {
 		humanize.Bytes(h.RSSBytes), humanize.Bytes(h.PSSBytes))
 }
 
-// TestTreeScanRealSetsidGrandchild checks that the /proc scan (kernels
-// without CONFIG_PROC_CHILDREN) finds a child that left the session with
-// setsid: it is still a descendant by parent PID.
+// TestTreeScanRealSetsidGrandchild checks that a Tree finds a child that
+// left the session with setsid: it is still a descendant by parent PID.
 func TestTreeScanRealSetsidGrandchild(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "setsid sleep 600 & echo $!; read x")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -205,12 +234,11 @@ func TestTreeScanRealSetsidGrandchild(t *testing.T) {
 		stdin.Close()
 		cmd.Wait()
 	})
-	p := newProcFS("/proc")
-	p.children = -1 // force the scan
-	tree, err := p.tree(cmd.Process.Pid, nil)
-	if err != nil {
+	tr := NewTree("/proc", "")
+	if _, err := tr.SetRoot(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
+	tree := tr.Scan()
 	gpid, err := memParsePID(grand)
 	if err != nil {
 		t.Fatalf("shell printed %q", grand)

@@ -11,10 +11,12 @@ import (
 	"syscall"
 )
 
-// This file reads /proc: one process's stat line, a process tree, command
-// lines. Everything takes the proc root as a parameter so that tests can use
-// fake trees (probes/testdata/proc/...), and the readers reuse one buffer so
-// that sampling at 20 Hz does not churn the heap.
+// This file reads /proc: the list of processes, one process's stat line,
+// environment, command line and memory, and the machine's memory.
+// Everything takes the proc root as a parameter so that tests can use fake
+// trees (testdata/proc/...), and the readers reuse one buffer so that
+// sampling at 20 Hz does not churn the heap. Which processes make up a job
+// is decided in tree.go.
 
 // procPageSize is the unit of the RSS field of /proc/PID/stat.
 var procPageSize = uint64(os.Getpagesize())
@@ -26,13 +28,11 @@ var procPageSize = uint64(os.Getpagesize())
 // are re-read with pread at offset 0, one system call per read instead of
 // three; close releases them. Without it every read opens and closes.
 type procFS struct {
-	root string
-	buf  []byte
-	// children: whether /proc/PID/task/TID/children exists on this kernel
-	// (CONFIG_PROC_CHILDREN); 0 unknown, 1 yes, -1 no.
-	children int
-	hot      bool
-	fds      map[string]int
+	root  string
+	buf   []byte
+	dents []byte // getdents buffer of pids, allocated on first use
+	hot   bool
+	fds   map[string]int
 }
 
 func newProcFS(root string) *procFS {
@@ -129,28 +129,43 @@ func (p *procFS) pidPath(pid int, name string) string {
 	return p.root + "/" + strconv.Itoa(pid) + "/" + name
 }
 
-// procStat is what gpuguard uses of /proc/PID/stat.
-type procStat struct {
-	PID      int
-	Comm     string
+// Proc is one process as /proc/PID/stat shows it: the fields gpuguard uses.
+type Proc struct {
+	PID  int
+	PPID int
+	PGID int    // process group
+	SID  int    // session
+	Comm string // command name (at most 15 bytes; exec changes it)
+	// State is the state letter: R running, S sleeping, D in the kernel,
+	// T stopped, Z zombie, X dead, ...
 	State    byte
-	PPID     int
 	Threads  int
 	Start    uint64 // start time in clock ticks since boot: with PID, identifies a process
 	RSSBytes uint64
 }
 
+// Zombie reports whether the process has exited and waits to be reaped (or
+// is being reaped): it runs nothing and holds no memory.
+func (p Proc) Zombie() bool { return p.State == 'Z' || p.State == 'X' }
+
+// ReadStat reads /proc/PID/stat under procRoot ("/proc" when empty). A
+// process that is gone gives an error for which errors.Is(err,
+// os.ErrNotExist) holds.
+func ReadStat(procRoot string, pid int) (Proc, error) {
+	return newProcFS(procRoot).stat(pid)
+}
+
 // stat reads /proc/PID/stat. A process that is gone gives an error for which
 // errors.Is(err, os.ErrNotExist) holds (ENOENT, or ESRCH while it exits).
-func (p *procFS) stat(pid int) (procStat, error) {
+func (p *procFS) stat(pid int) (Proc, error) {
 	b, err := p.read(p.pidPath(pid, "stat"))
 	if err != nil {
 		if errors.Is(err, syscall.ESRCH) {
-			return procStat{}, fmt.Errorf("%w: %v", os.ErrNotExist, err)
+			return Proc{}, fmt.Errorf("%w: %v", os.ErrNotExist, err)
 		}
-		return procStat{}, err
+		return Proc{}, err
 	}
-	return parseProcStat(pid, b)
+	return ParseStat(pid, b)
 }
 
 // statmRSS reads the resident set size from a /proc/PID/statm opened
@@ -173,11 +188,11 @@ func (p *procFS) statmRSS(pid, fd int) (uint64, error) {
 	return procAtoi(rest) * procPageSize, nil
 }
 
-// parseProcStat parses a stat line. The command name is in parentheses and
-// may itself contain spaces and parentheses, so fields are counted from the
-// last ')'.
-func parseProcStat(pid int, b []byte) (procStat, error) {
-	st := procStat{PID: pid}
+// ParseStat parses the content of /proc/PID/stat. The command name is in
+// parentheses and may itself contain spaces and parentheses, so fields are
+// counted from the last ')'.
+func ParseStat(pid int, b []byte) (Proc, error) {
+	st := Proc{PID: pid}
 	open := bytes.IndexByte(b, '(')
 	closeAt := bytes.LastIndexByte(b, ')')
 	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
@@ -185,8 +200,8 @@ func parseProcStat(pid int, b []byte) (procStat, error) {
 	}
 	st.Comm = string(b[open+1 : closeAt])
 	rest := b[closeAt+2:]
-	// Fields after the comm, 0-based: 0 state, 1 ppid, 17 num_threads,
-	// 19 starttime, 21 rss (pages).
+	// Fields after the comm, 0-based: 0 state, 1 ppid, 2 pgrp, 3 session,
+	// 17 num_threads, 19 starttime, 21 rss (pages).
 	field := 0
 	start := 0
 	for i := 0; i <= len(rest); i++ {
@@ -202,6 +217,10 @@ func parseProcStat(pid int, b []byte) (procStat, error) {
 			}
 		case 1:
 			st.PPID = int(procAtoi(f))
+		case 2:
+			st.PGID = int(procAtoi(f))
+		case 3:
+			st.SID = int(procAtoi(f))
 		case 17:
 			st.Threads = int(procAtoi(f))
 		case 19:
@@ -236,95 +255,82 @@ func procTrim(b []byte) []byte {
 	return b
 }
 
-// tree returns the stats of rootPID and all its descendants (root first,
-// then breadth first). It uses /proc/PID/task/TID/children where the kernel
-// has it and a scan of every /proc/PID/stat otherwise. Processes that exit
-// while it reads are skipped; only a missing root is an error.
-func (p *procFS) tree(rootPID int, out []procStat) ([]procStat, error) {
+// pids lists the processes under the proc root (thread-group leaders: the
+// numeric entries), appending to out. It reads the directory with getdents
+// into a reusable buffer, so a listing allocates nothing.
+func (p *procFS) pids(out []int) ([]int, error) {
 	out = out[:0]
-	root, err := p.stat(rootPID)
+	fd, err := syscall.Open(p.root, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return out, fmt.Errorf("process %d: %w", rootPID, err)
+		return out, &os.PathError{Op: "open", Path: p.root, Err: err}
 	}
-	out = append(out, root)
-	if p.children == 0 {
-		p.children = -1
-		if _, err := os.Stat(p.pidPath(rootPID, "task/"+strconv.Itoa(rootPID)+"/children")); err == nil {
-			p.children = 1
+	defer syscall.Close(fd)
+	if len(p.dents) == 0 {
+		p.dents = make([]byte, 32<<10)
+	}
+	for {
+		n, err := syscall.Getdents(fd, p.dents)
+		if err == syscall.EINTR {
+			continue
 		}
-	}
-	if p.children > 0 {
-		return p.treeByChildren(out)
-	}
-	return p.treeByScan(rootPID, out)
-}
-
-func (p *procFS) treeByChildren(out []procStat) ([]procStat, error) {
-	var kids []int
-	for i := 0; i < len(out); i++ {
-		kids = p.childrenOf(out[i], kids[:0])
-		for _, k := range kids {
-			if st, err := p.stat(k); err == nil && st.PPID == out[i].PID {
-				out = append(out, st)
-			}
-		}
-	}
-	return out, nil
-}
-
-// childrenOf lists the children of every thread of the process.
-func (p *procFS) childrenOf(st procStat, kids []int) []int {
-	tids := []int{st.PID}
-	if st.Threads > 1 {
-		if ents, err := os.ReadDir(p.pidPath(st.PID, "task")); err == nil {
-			tids = tids[:0]
-			for _, e := range ents {
-				if n, err := strconv.Atoi(e.Name()); err == nil {
-					tids = append(tids, n)
-				}
-			}
-		}
-	}
-	for _, tid := range tids {
-		b, err := p.read(p.root + "/" + strconv.Itoa(st.PID) + "/task/" + strconv.Itoa(tid) + "/children")
 		if err != nil {
-			continue
+			return out, &os.PathError{Op: "getdents", Path: p.root, Err: err}
 		}
-		for _, f := range bytes.Fields(b) {
-			if n, err := strconv.Atoi(string(f)); err == nil {
-				kids = append(kids, n)
+		if n <= 0 {
+			return out, nil
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8,
+		// then the name, NUL-terminated.
+		for b := p.dents[:n]; len(b) >= 19; {
+			reclen := int(b[16]) | int(b[17])<<8
+			if reclen < 19 || reclen > len(b) {
+				break
 			}
+			pid, ok := 0, true
+			for _, c := range b[19:reclen] {
+				if c == 0 {
+					break
+				}
+				if c < '0' || c > '9' {
+					ok = false
+					break
+				}
+				pid = pid*10 + int(c-'0')
+			}
+			if ok && pid > 0 {
+				out = append(out, pid)
+			}
+			b = b[reclen:]
 		}
 	}
-	return kids
 }
 
-func (p *procFS) treeByScan(rootPID int, out []procStat) ([]procStat, error) {
-	d, err := os.Open(p.root)
+// hasEnv reports whether the initial environment of pid holds entry
+// ("KEY=VALUE") as a whole entry. known is false when the environment reads
+// empty, which a process shows for a moment while it execs (the new program's
+// environment is not in place yet), and a zombie for good: look again later.
+// An environment that cannot be read (another user's process, without root)
+// holds nothing.
+func (p *procFS) hasEnv(pid int, entry []byte) (has, known bool) {
+	b, err := p.read(p.pidPath(pid, "environ"))
 	if err != nil {
-		return out, err
+		return false, true
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return out, err
+	if len(b) == 0 {
+		return false, false
 	}
-	byParent := map[int][]procStat{}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == rootPID {
-			continue
+	for len(b) > 0 {
+		e := b
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			e, b = b[:i], b[i+1:]
+		} else {
+			b = nil
 		}
-		st, err := p.stat(pid)
-		if err != nil || st.PPID == 0 {
-			continue
+		if bytes.Equal(e, entry) {
+			return true, true
 		}
-		byParent[st.PPID] = append(byParent[st.PPID], st)
 	}
-	for i := 0; i < len(out); i++ {
-		out = append(out, byParent[out[i].PID]...)
-	}
-	return out, nil
+	return false, true
 }
 
 // cmdline returns /proc/PID/cmdline with NULs as spaces ("" for kernel
