@@ -41,9 +41,9 @@ func TestActions(t *testing.T) {
 		want  string // Describe's changes, or "cannot: <why>"
 		after Values // values after, when it acts
 	}{
-		{"set", "set: {a: 3, crop: 256}", Values{"a": Text("1"), "crop": Null}, "a 1→3, crop full→256", Values{"a": Text("3"), "crop": Text("256")}},
+		{"set", "set: {a: 3, crop: 256}", Values{"a": Text("1"), "crop": null}, "a 1→3, crop full→256", Values{"a": Text("3"), "crop": Text("256")}},
 		{"set an unset knob", "set: {a: 3}", Values{}, "a unset→3", Values{"a": Text("3")}},
-		{"set to null", "set: {crop: null}", Values{"crop": Text("256")}, "crop 256→full", Values{"crop": Null}},
+		{"set to null", "set: {crop: null}", Values{"crop": Text("256")}, "crop 256→full", Values{"crop": null}},
 		{"set already there", "set: {a: 3}", Values{"a": Text("3")}, "cannot: a is already 3", nil},
 		{"set, one of two already there", "set: {a: 3, b: 4}", Values{"a": Text("3"), "b": Text("1")}, "b 1→4", Values{"a": Text("3"), "b": Text("4")}},
 		{"halve", "halve: a", Values{"a": Text("64")}, "a 64→32", Values{"a": Text("32")}},
@@ -56,7 +56,7 @@ func TestActions(t *testing.T) {
 		{"halve below min already", "{halve: a, min: 24}", Values{"a": Text("16")}, "cannot: a is 16, already below min 24", nil},
 		{"halve float keeps float", "halve: f", Values{"f": Text("0.7")}, "f 0.7→0.35", Values{"f": Text("0.35")}},
 		{"halve multiple_of", "{halve: a, multiple_of: 32}", Values{"a": Text("400")}, "a 400→192", Values{"a": Text("192")}},
-		{"halve null", "halve: crop", Values{"crop": Null}, "cannot: crop is full, not a number", nil},
+		{"halve null", "halve: crop", Values{"crop": null}, "cannot: crop is full, not a number", nil},
 		{"halve not a number", "halve: a", Values{"a": Text("auto")}, "cannot: a is auto, not a number", nil},
 		{"halve negative (AutoBatch)", "halve: a", Values{"a": Text("-1")}, "cannot: a is -1, not a positive number", nil},
 		{"halve no value", "halve: a", Values{}, "cannot: a has no value (the command does not set it)", nil},
@@ -76,7 +76,7 @@ func TestActions(t *testing.T) {
 		{"cut workers min", "{cut_workers: a, min: 2}", Values{"a": Text("3")}, "a 3→2", Values{"a": Text("2")}},
 		{"set_env", "set_env: {NCCL_DEBUG: INFO}", Values{}, "NCCL_DEBUG unset→INFO", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}},
 		{"set_env same", "set_env: {NCCL_DEBUG: INFO}", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}, "cannot: NCCL_DEBUG is already INFO", nil},
-		{"set_env null unsets", "set_env: {X: null}", Values{EnvKey("X"): Text("1")}, "X 1→unset", Values{EnvKey("X"): Null}},
+		{"set_env null unsets", "set_env: {X: null}", Values{EnvKey("X"): Text("1")}, "X 1→unset", Values{EnvKey("X"): null}},
 		{"merge_env into unset", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`, Values{},
 			"PYTORCH_CUDA_ALLOC_CONF unset→expandable_segments:True", Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:True")}},
 		{"merge_env keeps the user's options", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "garbage_collection_threshold:0.6"}`,
@@ -91,7 +91,7 @@ func TestActions(t *testing.T) {
 			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:64, expandable_segments:True")},
 			"cannot: PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True", nil},
 		{"retry", "{retry: true}", Values{"a": Text("1")}, "relaunch unchanged", Values{"a": Text("1")}},
-		{"do: several actions, one at its floor", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Null},
+		{"do: several actions, one at its floor", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": null},
 			"crop full→256", Values{"a": Text("1"), "crop": Text("256")}},
 		{"do: all at floors", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Text("256")},
 			"cannot: a is 1, at its floor (min 1); crop is already 256", nil},
@@ -203,7 +203,7 @@ rules:
       - {halve: bs, min: 1}
 budget: {relaunches: 20}
 `)
-	st := NewState(Values{"bs": Text("8"), "ga": Text("1"), "crop": Null})
+	st := NewState(Values{"bs": Text("8"), "ga": Text("1"), "crop": null})
 	var got []string
 	for i := 1; i <= 12; i++ {
 		phase := classify.PhaseVal
@@ -424,7 +424,7 @@ rules:
 }
 
 func TestValueJSON(t *testing.T) {
-	vals := Values{"a": Text("64"), "b": Null, "c": Text("")}
+	vals := Values{"a": Text("64"), "b": null, "c": Text("")}
 	b, err := json.Marshal(vals)
 	if err != nil || string(b) != `{"a":"64","b":null,"c":""}` {
 		t.Fatalf("Marshal = %s, %v", b, err)
@@ -436,8 +436,8 @@ func TestValueJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"a":5}`), &back); err == nil {
 		t.Errorf("a number is not a Value")
 	}
-	if Null.String() != "null" || Text("x").String() != "x" {
-		t.Errorf("String: %s %s", Null, Text("x"))
+	if null.String() != "null" || Text("x").String() != "x" {
+		t.Errorf("String: %s %s", null, Text("x"))
 	}
 }
 

@@ -371,7 +371,7 @@ func (w *walker) knob(f field) *knob {
 // or null.
 func nodeValue(n *yaml.Node) Value {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return Null
+		return null
 	}
 	return Value{Text: n.Value}
 }

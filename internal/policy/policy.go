@@ -160,20 +160,6 @@ const (
 	whereYAML
 )
 
-// describeWhere says where the knob lives, for messages.
-func (k *knob) describeWhere() string {
-	switch k.where {
-	case whereFlag:
-		return "flag " + k.flags[0]
-	case whereArg:
-		return "command word " + k.arg + "=VALUE"
-	case whereEnv:
-		return "environment variable " + k.env
-	default:
-		return "key " + joinKey(k.yamlKey) + " of the YAML file named by " + k.configWhere()
-	}
-}
-
 func (k *knob) configWhere() string {
 	if k.yamlArg != "" {
 		return k.yamlArg + "=FILE"
