@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/allocconf"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
@@ -360,11 +361,12 @@ func (p *Policy) apply(a action, vals Values) ([]Change, string) {
 			had = had && !cur.Null
 			next := s.value
 			if a.verb == "merge_env" {
-				if had && containsOptions(cur.Text, s.value.Text) {
+				have, add := allocconf.Split(cur.Text), allocconf.Split(s.value.Text)
+				if had && hasAll(have, add) {
 					same = append(same, fmt.Sprintf("%s already has %s", s.name, s.value.Text))
 					continue
 				}
-				next = Value{Text: mergeOptions(cur.Text, s.value.Text)}
+				next = Value{Text: allocconf.Merge(have, add).String()}
 			} else if (had && !next.Null && cur.Text == next.Text) || (!had && next.Null) {
 				same = append(same, fmt.Sprintf("%s is already %s", s.name, showEnv(next, !next.Null)))
 				continue
@@ -387,11 +389,10 @@ func showEnv(v Value, had bool) string {
 	return v.Text
 }
 
-// containsOptions reports whether every key:value option of add is in have.
-func containsOptions(have, add string) bool {
-	h := parseOptions(have)
-	for _, o := range parseOptions(add) {
-		if !slices.Contains(h, o) {
+// hasAll reports whether every option of add is in have, with its value.
+func hasAll(have, add allocconf.List) bool {
+	for _, o := range add {
+		if !have.Has(o) {
 			return false
 		}
 	}

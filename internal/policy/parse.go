@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/allocconf"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
@@ -693,20 +693,26 @@ func (w *walker) action(fields []field, n *yaml.Node, what string, p *Policy) (a
 			if f.val.Kind != yaml.ScalarNode {
 				w.at(f.val, "%s: %s must be a single value, not %s", what, f.name, kindName(f.val))
 			} else if a.verb == "merge_env" {
-				if val.Null || len(parseOptions(val.Text)) == 0 {
+				opts := allocconf.Split(val.Text)
+				if val.Null || len(opts) == 0 {
 					w.at(f.val, "%s: merge_env %s needs options such as \"expandable_segments:True\"", what, f.name)
 				}
-				var opts []envinject.Option
 				bad := false
-				for _, o := range parseOptions(val.Text) {
-					if o.key == "" || !o.hasValue {
-						w.at(f.val, "%s: merge_env %s: option %q is not key:value", what, f.name, o.text())
+				for _, o := range opts {
+					if o.Key == "" || o.NoValue {
+						w.at(f.val, "%s: merge_env %s: option %q is not key:value", what, f.name, o)
 						bad = true
 					}
-					opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
 				}
-				if _, err := envinject.Merge(nil, opts, true); err != nil && !bad && isAllocatorVar(f.name) {
-					w.at(f.val, "%s: merge_env %s: %s", what, f.name, strings.TrimPrefix(err.Error(), "envinject: "))
+				if !bad && isAllocatorVar(f.name) {
+					// The options are written as they are: PyTorch must read
+					// them the same way.
+					for _, o := range opts {
+						if err := o.Check(); err != nil {
+							w.at(f.val, "%s: merge_env %s: %s", what, f.name, err)
+							break
+						}
+					}
 				}
 			}
 			a.sets = append(a.sets, setting{name: f.name, value: val})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/allocconf"
 	"github.com/gpuguard/gpuguard/internal/envinject"
 )
 
@@ -408,11 +409,11 @@ func (p *Policy) syncAllocatorVars(l *Launch, name, old string, had bool, now st
 	if !had {
 		old = ""
 	}
-	before := parseOptions(old)
-	var opts []envinject.Option
-	for _, o := range parseOptions(now) {
-		if o.hasValue && !slices.Contains(before, o) {
-			opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
+	before := allocconf.Split(old)
+	var opts []allocconf.Option
+	for _, o := range allocconf.Split(now) {
+		if !o.NoValue && !before.Has(o) {
+			opts = append(opts, o)
 		}
 	}
 	var siblings []string // the other allocator variables the user set, as KEY=VALUE
