@@ -70,10 +70,7 @@ func describeChanges(cs []Change) string {
 func (p *Policy) showTouched(s step, vals Values) string {
 	var parts []string
 	for _, a := range s.actions {
-		for _, name := range []string{a.knob, a.compensate} {
-			if name == "" {
-				continue
-			}
+		for _, name := range a.numericKnobs() {
 			v, ok := vals[name]
 			parts = append(parts, name+" "+p.knobByName[name].show(v, ok))
 		}

@@ -155,9 +155,9 @@ func (p *Policy) uses() map[string]use {
 	for _, r := range p.rules {
 		for _, st := range r.steps {
 			for _, a := range st.actions {
-				for _, name := range []string{a.knob, a.compensate} {
-					if _, seen := out[name]; name != "" && !seen {
-						out[name] = use{rule: r.name, verb: a.verb, number: true}
+				for _, name := range a.numericKnobs() {
+					if _, seen := out[name]; !seen {
+						out[name] = use{rule: r.name, verb: a.verb(), number: true}
 					}
 				}
 			}
