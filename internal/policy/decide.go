@@ -61,12 +61,12 @@ type RuleState struct {
 // NewState returns the state of a run before its first attempt, holding a
 // copy of the starting values (from Start).
 func NewState(vals Values) State {
-	return State{Values: vals.Clone(), ByKind: map[classify.Kind]int{}, Rules: map[string]RuleState{}}
+	return State{Values: vals.clone(), ByKind: map[classify.Kind]int{}, Rules: map[string]RuleState{}}
 }
 
 func (st State) clone() State {
 	out := st
-	out.Values = st.Values.Clone()
+	out.Values = st.Values.clone()
 	out.ByKind = maps.Clone(st.ByKind)
 	if out.ByKind == nil {
 		out.ByKind = map[classify.Kind]int{}
@@ -308,7 +308,7 @@ func (b backoff) wait(n int, r float64) time.Duration {
 // acts when at least one action changes something; why is "" then, and
 // otherwise says why each action could not act.
 func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
-	vals = vals.Clone()
+	vals = vals.clone()
 	var changes []Change
 	var whys []string
 	acted := false

@@ -16,7 +16,7 @@ const previewRepeats = 64
 func (p *Policy) Preview(vals Values) []string {
 	var lines []string
 	for _, r := range p.rules {
-		cur := vals.Clone()
+		cur := vals.clone()
 		for i, s := range r.steps {
 			head := fmt.Sprintf("rule %s step %d [%s]: ", r.name, i+1, r.when)
 			next, changes, why := p.applyStep(s, cur)

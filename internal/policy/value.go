@@ -64,8 +64,8 @@ type Values map[string]Value
 // never collide.
 func EnvKey(name string) string { return "env:" + name }
 
-// Clone returns a copy of vs that can be changed without changing vs.
-func (vs Values) Clone() Values {
+// clone returns a copy of vs that can be changed without changing vs.
+func (vs Values) clone() Values {
 	out := make(Values, len(vs))
 	for k, v := range vs {
 		out[k] = v
