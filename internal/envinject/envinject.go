@@ -4,17 +4,16 @@
 // offers an "override" merge for policy actions, where the policy's values win
 // and every replaced value is reported as old→new.
 //
-// The value syntax is PyTorch's: comma-separated key:value options, a value
-// may be a bracketed list ("roundup_power2_divisions:[256:1,>:4]"),
-// whitespace is ignored, and one trailing comma is accepted. A value PyTorch
-// would reject (an option without ':value', "a:b:c", an empty key or value,
-// ",," or an unclosed '[') is malformed: Merge leaves such a variable exactly
-// as the user wrote it and says so in Result.Warnings.
+// Values are read and edited with package allocconf, in PyTorch's syntax. A
+// value PyTorch would reject is malformed: Merge leaves such a variable
+// exactly as the user wrote it and says so in Result.Warnings.
 package envinject
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/allocconf"
 )
 
 // The variables PyTorch reads its caching-allocator options from.
@@ -30,19 +29,11 @@ const (
 	VarHIP = "PYTORCH_HIP_ALLOC_CONF"
 )
 
-// Option is one allocator option, key:value.
-type Option struct {
-	Key   string
-	Value string
-}
-
-func (o Option) String() string { return o.Key + ":" + o.Value }
-
 // Defaults returns the options gpuguard adds when the user has not set them:
 // expandable_segments:True, which lets the allocator grow segments instead of
 // fragmenting memory into many fixed-size blocks.
-func Defaults() []Option {
-	return []Option{{Key: "expandable_segments", Value: "True"}}
+func Defaults() []allocconf.Option {
+	return []allocconf.Option{{Key: "expandable_segments", Value: "True"}}
 }
 
 // Change is one option Merge added, replaced or kept in one variable.
@@ -99,10 +90,10 @@ type Result struct {
 // nothing is added to that variable. Merge returns an error only when opts
 // themselves are invalid (an empty key or value, or one containing ',', ':'
 // or whitespace outside a bracketed list); env is then not changed.
-func Merge(env []string, opts []Option, override bool) (Result, error) {
+func Merge(env []string, opts []allocconf.Option, override bool) (Result, error) {
 	for _, o := range opts {
-		if err := validOption(o); err != nil {
-			return Result{Env: append([]string(nil), env...)}, err
+		if err := o.Check(); err != nil {
+			return Result{Env: append([]string(nil), env...)}, fmt.Errorf("envinject: %w", err)
 		}
 	}
 	res := Result{Env: append([]string(nil), env...)}
@@ -111,12 +102,11 @@ func Merge(env []string, opts []Option, override bool) (Result, error) {
 	}
 
 	type varState struct {
-		name   string
-		idx    int // index in res.Env of the effective (last) entry, -1 if unset
-		value  string
-		parsed *parsed // the value being built; nil when unset or malformed
-		user   *parsed // the user's own options, as found
-		bad    bool
+		name  string
+		idx   int // index in res.Env of the effective (last) entry, -1 if unset
+		value string
+		user  allocconf.List // the user's own options, as found; nil when unset or malformed
+		bad   bool
 	}
 	vars := []*varState{{name: VarCUDA}, {name: VarGeneric}, {name: VarHIP}}
 	for _, v := range vars {
@@ -129,24 +119,24 @@ func Merge(env []string, opts []Option, override bool) (Result, error) {
 		if v.idx < 0 {
 			continue
 		}
-		p, err := parse(v.value)
+		l, err := allocconf.Parse(v.value)
 		if err != nil {
 			v.bad = true
 			res.Warnings = append(res.Warnings, fmt.Sprintf(
 				"%s=%q is malformed (%v); left as written, no allocator option added to it", v.name, v.value, err))
 			continue
 		}
-		v.parsed, v.user = p, p
+		v.user = l
 	}
 
 	// userValue finds the value the user set for key in any well-formed
 	// variable other than skip, preferring the one PyTorch gives precedence.
 	userValue := func(key string, skip *varState) (string, string, bool) {
 		for _, v := range []*varState{vars[1], vars[0], vars[2]} {
-			if v == skip || v.user == nil {
+			if v == skip {
 				continue
 			}
-			if val, ok := v.user.get(key); ok {
+			if val, ok := v.user.Get(key); ok {
 				return val, v.name, true
 			}
 		}
@@ -157,37 +147,33 @@ func Merge(env []string, opts []Option, override bool) (Result, error) {
 		if v.bad || (v.idx < 0 && v.name != VarCUDA) {
 			continue
 		}
-		value := v.value
-		if v.parsed == nil {
-			// VarCUDA unset: start from an empty value.
-			v.parsed = &parsed{}
-		}
+		value, cur := v.value, v.user // VarCUDA unset: start from an empty value
 		for _, o := range opts {
-			old, has := v.parsed.get(o.Key)
+			old, has := cur.Get(o.Key)
+			newValue, from := o.Value, ""
 			switch {
 			case has && !override:
 				res.Kept = append(res.Kept, Change{Var: v.name, Option: o.Key, Old: old, New: old})
+				continue
 			case has && old == o.Value:
-				// Override to the value already there: nothing to report.
+				continue // override to the value already there: nothing to report
 			case has:
-				value = v.parsed.replace(value, o.Key, o.Value)
 				res.Changes = append(res.Changes, Change{Var: v.name, Option: o.Key, Old: old, New: o.Value})
 			default:
-				newValue, from := o.Value, ""
 				if !override {
 					if uv, name, ok := userValue(o.Key, v); ok {
 						newValue, from = uv, name
 					}
 				}
-				value = appendOption(value, o.Key, newValue)
 				res.Changes = append(res.Changes, Change{Var: v.name, Option: o.Key, New: newValue, From: from})
 			}
-			// Re-parse so later options see the offsets of the new value.
-			p, err := parse(value)
+			var err error
+			if value, err = allocconf.Set(value, o.Key, newValue); err == nil {
+				cur, err = allocconf.Parse(value) // later options see the new value
+			}
 			if err != nil {
 				return Result{Env: append([]string(nil), env...)}, fmt.Errorf("envinject: internal error: merged %s=%q does not parse: %v", v.name, value, err)
 			}
-			v.parsed = p
 		}
 		if v.idx >= 0 {
 			res.Env[v.idx] = v.name + "=" + value
@@ -196,182 +182,4 @@ func Merge(env []string, opts []Option, override bool) (Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// Lookup returns the value of key in env (the last entry wins, as in exec).
-func Lookup(env []string, key string) (string, bool) {
-	val, found := "", false
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			val, found = v, true
-		}
-	}
-	return val, found
-}
-
-// validOption reports whether o can be written into a value unambiguously.
-func validOption(o Option) error {
-	if o.Key == "" || strings.ContainsAny(o.Key, ",:[] \t\n\r") {
-		return fmt.Errorf("envinject: invalid allocator option key %q: it must be non-empty and contain none of , : [ ] or spaces", o.Key)
-	}
-	v := o.Value
-	if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") {
-		inner := v[1 : len(v)-1]
-		if inner != "" && !strings.ContainsAny(inner, "[]") {
-			return nil
-		}
-	}
-	if v == "" || strings.ContainsAny(v, ",:[] \t\n\r") {
-		return fmt.Errorf("envinject: invalid value %q for allocator option %q: give one word, or a [bracketed,list]", v, o.Key)
-	}
-	return nil
-}
-
-// appendOption adds key:value at the end of value, keeping the user's text.
-func appendOption(value, key, val string) string {
-	trimmed := strings.TrimRight(value, " \t")
-	if strings.TrimSpace(trimmed) == "" {
-		return key + ":" + val
-	}
-	if strings.HasSuffix(trimmed, ",") {
-		return trimmed + key + ":" + val
-	}
-	return trimmed + "," + key + ":" + val
-}
-
-// item is one key:value option of a parsed value, with the byte span of its
-// value in the original string.
-type item struct {
-	key        string
-	value      string // whitespace removed, as PyTorch sees it
-	valueStart int
-	valueEnd   int
-}
-
-type parsed struct{ items []item }
-
-// get returns the effective value of key: PyTorch applies options in order,
-// so the last one wins.
-func (p *parsed) get(key string) (string, bool) {
-	for i := len(p.items) - 1; i >= 0; i-- {
-		if p.items[i].key == key {
-			return p.items[i].value, true
-		}
-	}
-	return "", false
-}
-
-// replace rewrites every occurrence of key in s (the string p was parsed
-// from) to val, leaving the rest of the user's text as it was.
-func (p *parsed) replace(s, key, val string) string {
-	var b strings.Builder
-	last := 0
-	for _, it := range p.items {
-		if it.key != key {
-			continue
-		}
-		b.WriteString(s[last:it.valueStart])
-		b.WriteString(val)
-		last = it.valueEnd
-	}
-	b.WriteString(s[last:])
-	return b.String()
-}
-
-type token struct {
-	text       string // whitespace removed
-	start, end int    // byte span in the source
-}
-
-// lex splits s the way PyTorch's ConfigTokenizer does: ',', ':', '[' and ']'
-// are tokens of their own, whitespace is dropped, anything else accumulates.
-func lex(s string) []token {
-	var toks []token
-	var cur strings.Builder
-	curStart, curEnd := -1, -1
-	flush := func() {
-		if cur.Len() > 0 {
-			toks = append(toks, token{text: cur.String(), start: curStart, end: curEnd})
-			cur.Reset()
-		}
-		curStart = -1
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case ',', ':', '[', ']':
-			flush()
-			toks = append(toks, token{text: string(c), start: i, end: i + 1})
-		case ' ', '\t', '\n', '\r', '\v', '\f':
-			// ignored, but does not end the word
-		default:
-			if curStart < 0 {
-				curStart = i
-			}
-			cur.WriteByte(c)
-			curEnd = i + 1
-		}
-	}
-	flush()
-	return toks
-}
-
-func isPunct(t token) bool {
-	return t.text == "," || t.text == ":" || t.text == "[" || t.text == "]"
-}
-
-// parse checks s against PyTorch's grammar and returns its options.
-func parse(s string) (*parsed, error) {
-	toks := lex(s)
-	p := &parsed{}
-	for i := 0; i < len(toks); {
-		k := toks[i]
-		if isPunct(k) {
-			if k.text == "," {
-				return nil, fmt.Errorf("empty option before ',' at byte %d", k.start+1)
-			}
-			return nil, fmt.Errorf("option has an empty key (%q at byte %d)", k.text, k.start+1)
-		}
-		if i+1 >= len(toks) || toks[i+1].text != ":" {
-			return nil, fmt.Errorf("option %q has no ':value'", k.text)
-		}
-		if i+2 >= len(toks) {
-			return nil, fmt.Errorf("option %q has an empty value", k.text)
-		}
-		v := toks[i+2]
-		it := item{key: k.text, valueStart: v.start}
-		next := i + 3
-		switch {
-		case v.text == "[":
-			j := i + 3
-			var b strings.Builder
-			b.WriteString("[")
-			for j < len(toks) && toks[j].text != "]" {
-				if toks[j].text == "[" {
-					return nil, fmt.Errorf("option %q: nested '[' in list", k.text)
-				}
-				b.WriteString(toks[j].text)
-				j++
-			}
-			if j >= len(toks) {
-				return nil, fmt.Errorf("option %q: list has no closing ']'", k.text)
-			}
-			b.WriteString("]")
-			it.value, it.valueEnd = b.String(), toks[j].end
-			next = j + 1
-		case isPunct(v):
-			return nil, fmt.Errorf("option %q has an empty value", k.text)
-		default:
-			it.value, it.valueEnd = v.text, v.end
-		}
-		p.items = append(p.items, it)
-		if next < len(toks) {
-			if toks[next].text != "," {
-				return nil, fmt.Errorf("option %q: expected ',' after its value, found %q", k.text, toks[next].text)
-			}
-			next++
-		}
-		i = next
-	}
-	return p, nil
 }

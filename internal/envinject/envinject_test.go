@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/allocconf"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 )
 
 func TestMergeDefaults(t *testing.T) {
@@ -37,6 +40,12 @@ func TestMergeDefaults(t *testing.T) {
 			name:    "trailing comma and spaces are the user's",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF= max_split_size_mb : 64 , "},
 			want:    map[string]string{VarCUDA: " max_split_size_mb : 64 ,expandable_segments:True"},
+			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: added expandable_segments:True"},
+		},
+		{
+			name:    "a trailing comma before a newline is the last one",
+			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64,\n"},
+			want:    map[string]string{VarCUDA: "max_split_size_mb:64,expandable_segments:True"},
 			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: added expandable_segments:True"},
 		},
 		{
@@ -175,42 +184,42 @@ func TestMergeOverride(t *testing.T) {
 	tests := []struct {
 		name    string
 		env     []string
-		opts    []Option
+		opts    []allocconf.Option
 		want    map[string]string
 		changes []string
 	}{
 		{
 			name:    "policy value replaces the user's, reported old→new",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512,expandable_segments:False"},
-			opts:    []Option{{"max_split_size_mb", "128"}, {"expandable_segments", "True"}},
+			opts:    []allocconf.Option{{Key: "max_split_size_mb", Value: "128"}, {Key: "expandable_segments", Value: "True"}},
 			want:    map[string]string{VarCUDA: "max_split_size_mb:128,expandable_segments:True"},
 			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb 512→128", "PYTORCH_CUDA_ALLOC_CONF: expandable_segments False→True"},
 		},
 		{
 			name:    "spaces around the value stay",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb : 512 ,backend:native"},
-			opts:    []Option{{"max_split_size_mb", "64"}},
+			opts:    []allocconf.Option{{Key: "max_split_size_mb", Value: "64"}},
 			want:    map[string]string{VarCUDA: "max_split_size_mb : 64 ,backend:native"},
 			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb 512→64"},
 		},
 		{
 			name:    "a list value replaces a scalar",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4"},
-			opts:    []Option{{"roundup_power2_divisions", "[256:1,>:4]"}},
+			opts:    []allocconf.Option{{Key: "roundup_power2_divisions", Value: "[256:1,>:4]"}},
 			want:    map[string]string{VarCUDA: "roundup_power2_divisions:[256:1,>:4]"},
 			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: roundup_power2_divisions 4→[256:1,>:4]"},
 		},
 		{
 			name:    "same value is not a change",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
-			opts:    []Option{{"expandable_segments", "True"}},
+			opts:    []allocconf.Option{{Key: "expandable_segments", Value: "True"}},
 			want:    map[string]string{VarCUDA: "expandable_segments:True"},
 			changes: nil,
 		},
 		{
 			name: "both names get the policy value",
 			env:  []string{"PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.9", "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.9"},
-			opts: []Option{{"garbage_collection_threshold", "0.6"}},
+			opts: []allocconf.Option{{Key: "garbage_collection_threshold", Value: "0.6"}},
 			want: map[string]string{
 				VarGeneric: "garbage_collection_threshold:0.6",
 				VarCUDA:    "garbage_collection_threshold:0.6",
@@ -223,7 +232,7 @@ func TestMergeOverride(t *testing.T) {
 		{
 			name:    "duplicate keys are all replaced",
 			env:     []string{"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512,max_split_size_mb:256"},
-			opts:    []Option{{"max_split_size_mb", "64"}},
+			opts:    []allocconf.Option{{Key: "max_split_size_mb", Value: "64"}},
 			want:    map[string]string{VarCUDA: "max_split_size_mb:64,max_split_size_mb:64"},
 			changes: []string{"PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb 256→64"},
 		},
@@ -248,7 +257,7 @@ func TestMergeOverride(t *testing.T) {
 
 func TestMergeOverrideMalformedUntouched(t *testing.T) {
 	env := []string{"PYTORCH_CUDA_ALLOC_CONF=a:b:c"}
-	res, err := Merge(env, []Option{{"max_split_size_mb", "64"}}, true)
+	res, err := Merge(env, []allocconf.Option{{Key: "max_split_size_mb", Value: "64"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +268,9 @@ func TestMergeOverrideMalformedUntouched(t *testing.T) {
 }
 
 func TestMergeInvalidOptions(t *testing.T) {
-	for _, o := range []Option{{"", "1"}, {"a:b", "1"}, {"a", ""}, {"a", "1,2"}, {"a", "x y"}, {"a", "[1:2"}, {"a", "[]"}} {
+	for _, o := range []allocconf.Option{{Key: "", Value: "1"}, {Key: "a:b", Value: "1"}, {Key: "a", Value: ""}, {Key: "a", Value: "1,2"}, {Key: "a", Value: "x y"}, {Key: "a", Value: "[1:2"}, {Key: "a", Value: "[]"}} {
 		env := []string{"A=1"}
-		res, err := Merge(env, []Option{o}, false)
+		res, err := Merge(env, []allocconf.Option{o}, false)
 		if err == nil {
 			t.Errorf("Merge(%+v) accepted an invalid option", o)
 		}
@@ -269,40 +278,15 @@ func TestMergeInvalidOptions(t *testing.T) {
 			t.Errorf("Merge(%+v) changed env on error: %q", o, res.Env)
 		}
 	}
-	if _, err := Merge(nil, []Option{{"roundup_power2_divisions", "[256:1,>:4]"}}, false); err != nil {
+	if _, err := Merge(nil, []allocconf.Option{{Key: "roundup_power2_divisions", Value: "[256:1,>:4]"}}, false); err != nil {
 		t.Errorf("list value rejected: %v", err)
-	}
-}
-
-func TestParseMirrorsPyTorch(t *testing.T) {
-	good := []string{
-		"", " ", "a:1", "a:1,", "a : 1 , b : 2", "k:[1:2,3:4]", "k:[>:1],b:True",
-		"expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.8",
-	}
-	bad := []string{"a", "a:", ",a:1", "a:1,,", "a:1:2", "a:[1", "a:[1[2]]", ":", "a::1", "a:1 b:2"}
-	for _, s := range good {
-		if _, err := parse(s); err != nil {
-			t.Errorf("parse(%q) = %v, want ok", s, err)
-		}
-	}
-	for _, s := range bad {
-		if _, err := parse(s); err == nil {
-			t.Errorf("parse(%q) ok, want an error", s)
-		}
-	}
-	p, err := parse("max_split _size_mb:1 28")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := p.get("max_split_size_mb"); v != "128" {
-		t.Errorf("whitespace inside words is dropped by PyTorch; got %q", v)
 	}
 }
 
 func checkEnv(t *testing.T, env []string, want map[string]string) {
 	t.Helper()
 	for k, w := range want {
-		v, ok := Lookup(env, k)
+		v, ok := envlist.Lookup(env, k)
 		if w == "<unset>" {
 			if ok {
 				t.Errorf("%s=%q, want unset", k, v)

@@ -61,12 +61,12 @@ type RuleState struct {
 // NewState returns the state of a run before its first attempt, holding a
 // copy of the starting values (from Start).
 func NewState(vals Values) State {
-	return State{Values: vals.Clone(), ByKind: map[classify.Kind]int{}, Rules: map[string]RuleState{}}
+	return State{Values: vals.clone(), ByKind: map[classify.Kind]int{}, Rules: map[string]RuleState{}}
 }
 
 func (st State) clone() State {
 	out := st
-	out.Values = st.Values.Clone()
+	out.Values = st.Values.clone()
 	out.ByKind = maps.Clone(st.ByKind)
 	if out.ByKind == nil {
 		out.ByKind = map[classify.Kind]int{}
@@ -308,12 +308,12 @@ func (b backoff) wait(n int, r float64) time.Duration {
 // acts when at least one action changes something; why is "" then, and
 // otherwise says why each action could not act.
 func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
-	vals = vals.Clone()
+	vals = vals.clone()
 	var changes []Change
 	var whys []string
 	acted := false
 	for _, a := range s.actions {
-		c, why := p.apply(a, vals)
+		c, why := a.apply(p, vals)
 		if why != "" {
 			whys = append(whys, why)
 			continue
@@ -325,179 +325,4 @@ func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
 		return nil, nil, strings.Join(whys, "; ")
 	}
 	return vals, changes, ""
-}
-
-// apply applies one action to vals (changed in place). It returns the
-// changes, or why the action cannot act: a knob at its floor or ceiling, a
-// value that is already what set would write, a value that is not a
-// positive number.
-func (p *Policy) apply(a action, vals Values) ([]Change, string) {
-	switch a.verb {
-	case "retry":
-		return nil, ""
-	case "set":
-		var out []Change
-		var same []string
-		for _, s := range a.sets {
-			k := p.knobByName[s.name]
-			cur, had := vals[s.name]
-			if had && cur == s.value {
-				same = append(same, fmt.Sprintf("%s is already %s", s.name, k.show(cur, true)))
-				continue
-			}
-			vals[s.name] = s.value
-			out = append(out, Change{Knob: s.name, Old: k.show(cur, had), New: k.show(s.value, true)})
-		}
-		if len(out) == 0 {
-			return nil, strings.Join(same, ", ")
-		}
-		return out, ""
-	case "set_env", "merge_env":
-		var out []Change
-		var same []string
-		for _, s := range a.sets {
-			cur, had := vals[EnvKey(s.name)]
-			had = had && !cur.Null
-			next := s.value
-			if a.verb == "merge_env" {
-				if had && containsOptions(cur.Text, s.value.Text) {
-					same = append(same, fmt.Sprintf("%s already has %s", s.name, s.value.Text))
-					continue
-				}
-				next = Value{Text: mergeOptions(cur.Text, s.value.Text)}
-			} else if (had && !next.Null && cur.Text == next.Text) || (!had && next.Null) {
-				same = append(same, fmt.Sprintf("%s is already %s", s.name, showEnv(next, !next.Null)))
-				continue
-			}
-			vals[EnvKey(s.name)] = next
-			out = append(out, Change{Env: s.name, Old: showEnv(cur, had), New: showEnv(next, !next.Null)})
-		}
-		if len(out) == 0 {
-			return nil, strings.Join(same, ", ")
-		}
-		return out, ""
-	}
-	return p.scaleKnob(a, vals)
-}
-
-func showEnv(v Value, had bool) string {
-	if !had {
-		return "unset"
-	}
-	return v.Text
-}
-
-// containsOptions reports whether every key:value option of add is in have.
-func containsOptions(have, add string) bool {
-	h := parseOptions(have)
-	for _, o := range parseOptions(add) {
-		if !slices.Contains(h, o) {
-			return false
-		}
-	}
-	return true
-}
-
-// scaleKnob applies halve, scale and cut_workers.
-//
-// The new value is the old times the factor. For a whole number it is
-// rounded (round: down by default, up or nearest), then to a multiple of
-// multiple_of in the same direction, then held within min and max. Whole
-// numbers have an implicit min of 1 (0 for cut_workers) so that a batch is
-// never halved to nothing. When the result equals the old value the knob is
-// at its floor (or ceiling) and the action cannot act.
-//
-// With compensate, the other knob is changed so that the product of the
-// two (the effective batch: batch size × accumulation steps) stays the
-// same: its new value is product ÷ new value when that divides evenly, and
-// otherwise the nearest whole number (halves round up, so the effective
-// batch never shrinks by rounding), with a Note saying by how much the
-// product moved. Both knobs must hold positive whole numbers.
-func (p *Policy) scaleKnob(a action, vals Values) ([]Change, string) {
-	k := p.knobByName[a.knob]
-	cur, had := vals[a.knob]
-	if !had {
-		return nil, a.knob + " has no value (the command does not set it)"
-	}
-	n, ok := parseNumber(cur)
-	if !ok {
-		return nil, fmt.Sprintf("%s is %s, not a number", a.knob, k.show(cur, true))
-	}
-	if n.f <= 0 {
-		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
-	}
-	next := n.f * a.by
-	if n.isInt {
-		next = roundTo(next, 1, a.round)
-		if a.multipleOf > 1 {
-			next = roundTo(next, float64(a.multipleOf), a.round)
-		}
-	}
-	lo := math.Inf(-1)
-	if a.min != nil {
-		lo = *a.min
-	} else if n.isInt {
-		lo = 1
-		if a.verb == "cut_workers" {
-			lo = 0
-		}
-	}
-	hi := math.Inf(1)
-	if a.max != nil {
-		hi = *a.max
-	}
-	rounded := next
-	next = min(max(next, lo), hi)
-	switch {
-	case (next-n.f)*(a.by-1) < 0:
-		// min or max pulls the value the wrong way (it is already below min
-		// or above max): leave it rather than grow what should shrink.
-		if next > n.f {
-			return nil, fmt.Sprintf("%s is %s, already below min %s", a.knob, cur.Text, formatNumber(lo, n.isInt))
-		}
-		return nil, fmt.Sprintf("%s is %s, already above max %s", a.knob, cur.Text, formatNumber(hi, n.isInt))
-	case next != n.f:
-	case rounded != next && a.by < 1:
-		return nil, fmt.Sprintf("%s is %s, at its floor (min %s)", a.knob, cur.Text, formatNumber(lo, n.isInt))
-	case rounded != next:
-		return nil, fmt.Sprintf("%s is %s, at its ceiling (max %s)", a.knob, cur.Text, formatNumber(hi, n.isInt))
-	default:
-		return nil, fmt.Sprintf("%s is %s, and ×%g rounds back to it", a.knob, cur.Text, a.by)
-	}
-	newVal := Value{Text: formatNumber(next, n.isInt)}
-	changes := []Change{{Knob: a.knob, Old: cur.Text, New: newVal.Text}}
-	if a.compensate != "" {
-		ck := p.knobByName[a.compensate]
-		ccur, chad := vals[a.compensate]
-		if !chad {
-			return nil, fmt.Sprintf("%s cannot compensate: it has no value", a.compensate)
-		}
-		cn, ok := parseNumber(ccur)
-		if !ok || !cn.isInt || cn.f < 1 || !n.isInt {
-			return nil, fmt.Sprintf("cannot keep %s × %s: both must be positive whole numbers (%s, %s)", a.knob, a.compensate, cur.Text, ck.show(ccur, true))
-		}
-		product := n.f * cn.f
-		cnext := math.Max(1, math.Floor(product/next+0.5))
-		c := Change{Knob: a.compensate, Old: ccur.Text, New: formatNumber(cnext, true), Compensation: true}
-		if got := next * cnext; got != product {
-			c.Note = fmt.Sprintf("effective batch %s → %s: %s is not divisible by %s", formatNumber(product, true), formatNumber(got, true), formatNumber(product, true), newVal.Text)
-		}
-		vals[a.compensate] = Value{Text: c.New}
-		changes = append(changes, c)
-	}
-	vals[a.knob] = newVal
-	return changes, ""
-}
-
-func roundTo(x, m float64, how string) float64 {
-	q := x / m
-	switch how {
-	case "up":
-		q = math.Ceil(q - 1e-9)
-	case "nearest":
-		q = math.Floor(q + 0.5)
-	default:
-		q = math.Floor(q + 1e-9)
-	}
-	return q * m
 }

@@ -33,69 +33,74 @@ budget: {relaunches: 100}
 `)
 }
 
+// actionCases are what each action does, one case at least per verb of the
+// actions table (TestActionTable checks): the step, the values before, and
+// the changes it makes or why it cannot act.
+var actionCases = []struct {
+	name  string
+	step  string
+	vals  Values
+	want  string // Describe's changes, or "cannot: <why>"
+	after Values // values after, when it acts
+}{
+	{"set", "set: {a: 3, crop: 256}", Values{"a": Text("1"), "crop": null}, "a 1→3, crop full→256", Values{"a": Text("3"), "crop": Text("256")}},
+	{"set an unset knob", "set: {a: 3}", Values{}, "a unset→3", Values{"a": Text("3")}},
+	{"set to null", "set: {crop: null}", Values{"crop": Text("256")}, "crop 256→full", Values{"crop": null}},
+	{"set already there", "set: {a: 3}", Values{"a": Text("3")}, "cannot: a is already 3", nil},
+	{"set, one of two already there", "set: {a: 3, b: 4}", Values{"a": Text("3"), "b": Text("1")}, "b 1→4", Values{"a": Text("3"), "b": Text("4")}},
+	{"halve", "halve: a", Values{"a": Text("64")}, "a 64→32", Values{"a": Text("32")}},
+	{"halve odd rounds down", "halve: a", Values{"a": Text("7")}, "a 7→3", Values{"a": Text("3")}},
+	{"halve odd, round up", "{halve: a, round: up}", Values{"a": Text("7")}, "a 7→4", Values{"a": Text("4")}},
+	{"halve odd, round nearest", "{halve: a, round: nearest}", Values{"a": Text("5")}, "a 5→3", Values{"a": Text("3")}},
+	{"halve at implicit floor 1", "halve: a", Values{"a": Text("1")}, "cannot: a is 1, at its floor (min 1)", nil},
+	{"halve to min", "{halve: a, min: 24}", Values{"a": Text("32")}, "a 32→24", Values{"a": Text("24")}},
+	{"halve at min", "{halve: a, min: 24}", Values{"a": Text("24")}, "cannot: a is 24, at its floor (min 24)", nil},
+	{"halve below min already", "{halve: a, min: 24}", Values{"a": Text("16")}, "cannot: a is 16, already below min 24", nil},
+	{"halve float keeps float", "halve: f", Values{"f": Text("0.7")}, "f 0.7→0.35", Values{"f": Text("0.35")}},
+	{"halve multiple_of", "{halve: a, multiple_of: 32}", Values{"a": Text("400")}, "a 400→192", Values{"a": Text("192")}},
+	{"halve null", "halve: crop", Values{"crop": null}, "cannot: crop is full, not a number", nil},
+	{"halve not a number", "halve: a", Values{"a": Text("auto")}, "cannot: a is auto, not a number", nil},
+	{"halve negative (AutoBatch)", "halve: a", Values{"a": Text("-1")}, "cannot: a is -1, not a positive number", nil},
+	{"halve no value", "halve: a", Values{}, "cannot: a has no value (the command does not set it)", nil},
+	{"scale down", "{scale: a, by: 0.75}", Values{"a": Text("10")}, "a 10→7", Values{"a": Text("7")}},
+	{"scale up to max", "{scale: a, by: 2, max: 12}", Values{"a": Text("8")}, "a 8→12", Values{"a": Text("12")}},
+	{"scale up at max", "{scale: a, by: 2, max: 12}", Values{"a": Text("12")}, "cannot: a is 12, at its ceiling (max 12)", nil},
+	{"scale up rounding stuck", "{scale: a, by: 1.1}", Values{"a": Text("3")}, "cannot: a is 3, and ×1.1 rounds back to it", nil},
+	{"compensate", "{halve: a, compensate: b}", Values{"a": Text("64"), "b": Text("1")}, "a 64→32 (b 1→2)", Values{"a": Text("32"), "b": Text("2")}},
+	{"compensate odd: nearest, halves up", "{halve: a, compensate: b}", Values{"a": Text("5"), "b": Text("1")}, "a 5→2 (b 1→3); effective batch 5 → 6: 5 is not divisible by 2", Values{"a": Text("2"), "b": Text("3")}},
+	{"compensate odd with accumulation", "{halve: a, compensate: b}", Values{"a": Text("7"), "b": Text("9")}, "a 7→3 (b 9→21)", Values{"a": Text("3"), "b": Text("21")}},
+	{"compensate inexact down", "{halve: a, compensate: b}", Values{"a": Text("50"), "b": Text("2")}, "a 50→25 (b 2→4)", Values{"a": Text("25"), "b": Text("4")}},
+	{"compensate inexact", "{halve: a, compensate: b}", Values{"a": Text("25"), "b": Text("2")}, "a 25→12 (b 2→4); effective batch 50 → 48: 50 is not divisible by 12", Values{"a": Text("12"), "b": Text("4")}},
+	{"compensate without value", "{halve: a, compensate: b}", Values{"a": Text("8")}, "cannot: b cannot compensate: it has no value", nil},
+	{"compensate float", "{halve: f, compensate: b}", Values{"f": Text("0.5"), "b": Text("2")}, "cannot: cannot keep f × b: both must be positive whole numbers (0.5, 2)", nil},
+	{"cut workers to 0", "cut_workers: a", Values{"a": Text("1")}, "a 1→0", Values{"a": Text("0")}},
+	{"cut workers at 0", "cut_workers: a", Values{"a": Text("0")}, "cannot: a is 0, not a positive number", nil},
+	{"cut workers min", "{cut_workers: a, min: 2}", Values{"a": Text("3")}, "a 3→2", Values{"a": Text("2")}},
+	{"set_env", "set_env: {NCCL_DEBUG: INFO}", Values{}, "NCCL_DEBUG unset→INFO", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}},
+	{"set_env same", "set_env: {NCCL_DEBUG: INFO}", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}, "cannot: NCCL_DEBUG is already INFO", nil},
+	{"set_env null unsets", "set_env: {X: null}", Values{EnvKey("X"): Text("1")}, "X 1→unset", Values{EnvKey("X"): null}},
+	{"merge_env into unset", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`, Values{},
+		"PYTORCH_CUDA_ALLOC_CONF unset→expandable_segments:True", Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:True")}},
+	{"merge_env keeps the user's options", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "garbage_collection_threshold:0.6"}`,
+		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:128, expandable_segments:True")},
+		"PYTORCH_CUDA_ALLOC_CONF max_split_size_mb:128, expandable_segments:True→max_split_size_mb:128,expandable_segments:True,garbage_collection_threshold:0.6",
+		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:128,expandable_segments:True,garbage_collection_threshold:0.6")}},
+	{"merge_env replaces the same key in place", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`,
+		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:False,max_split_size_mb:64")},
+		"PYTORCH_CUDA_ALLOC_CONF expandable_segments:False,max_split_size_mb:64→expandable_segments:True,max_split_size_mb:64",
+		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:True,max_split_size_mb:64")}},
+	{"merge_env already there", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`,
+		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:64, expandable_segments:True")},
+		"cannot: PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True", nil},
+	{"retry", "{retry: true}", Values{"a": Text("1")}, "relaunch unchanged", Values{"a": Text("1")}},
+	{"do: several actions, one at its floor", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": null},
+		"crop full→256", Values{"a": Text("1"), "crop": Text("256")}},
+	{"do: all at floors", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Text("256")},
+		"cannot: a is 1, at its floor (min 1); crop is already 256", nil},
+}
+
 func TestActions(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		step  string
-		vals  Values
-		want  string // Describe's changes, or "cannot: <why>"
-		after Values // values after, when it acts
-	}{
-		{"set", "set: {a: 3, crop: 256}", Values{"a": Text("1"), "crop": Null}, "a 1→3, crop full→256", Values{"a": Text("3"), "crop": Text("256")}},
-		{"set an unset knob", "set: {a: 3}", Values{}, "a unset→3", Values{"a": Text("3")}},
-		{"set to null", "set: {crop: null}", Values{"crop": Text("256")}, "crop 256→full", Values{"crop": Null}},
-		{"set already there", "set: {a: 3}", Values{"a": Text("3")}, "cannot: a is already 3", nil},
-		{"set, one of two already there", "set: {a: 3, b: 4}", Values{"a": Text("3"), "b": Text("1")}, "b 1→4", Values{"a": Text("3"), "b": Text("4")}},
-		{"halve", "halve: a", Values{"a": Text("64")}, "a 64→32", Values{"a": Text("32")}},
-		{"halve odd rounds down", "halve: a", Values{"a": Text("7")}, "a 7→3", Values{"a": Text("3")}},
-		{"halve odd, round up", "{halve: a, round: up}", Values{"a": Text("7")}, "a 7→4", Values{"a": Text("4")}},
-		{"halve odd, round nearest", "{halve: a, round: nearest}", Values{"a": Text("5")}, "a 5→3", Values{"a": Text("3")}},
-		{"halve at implicit floor 1", "halve: a", Values{"a": Text("1")}, "cannot: a is 1, at its floor (min 1)", nil},
-		{"halve to min", "{halve: a, min: 24}", Values{"a": Text("32")}, "a 32→24", Values{"a": Text("24")}},
-		{"halve at min", "{halve: a, min: 24}", Values{"a": Text("24")}, "cannot: a is 24, at its floor (min 24)", nil},
-		{"halve below min already", "{halve: a, min: 24}", Values{"a": Text("16")}, "cannot: a is 16, already below min 24", nil},
-		{"halve float keeps float", "halve: f", Values{"f": Text("0.7")}, "f 0.7→0.35", Values{"f": Text("0.35")}},
-		{"halve multiple_of", "{halve: a, multiple_of: 32}", Values{"a": Text("400")}, "a 400→192", Values{"a": Text("192")}},
-		{"halve null", "halve: crop", Values{"crop": Null}, "cannot: crop is full, not a number", nil},
-		{"halve not a number", "halve: a", Values{"a": Text("auto")}, "cannot: a is auto, not a number", nil},
-		{"halve negative (AutoBatch)", "halve: a", Values{"a": Text("-1")}, "cannot: a is -1, not a positive number", nil},
-		{"halve no value", "halve: a", Values{}, "cannot: a has no value (the command does not set it)", nil},
-		{"scale down", "{scale: a, by: 0.75}", Values{"a": Text("10")}, "a 10→7", Values{"a": Text("7")}},
-		{"scale up to max", "{scale: a, by: 2, max: 12}", Values{"a": Text("8")}, "a 8→12", Values{"a": Text("12")}},
-		{"scale up at max", "{scale: a, by: 2, max: 12}", Values{"a": Text("12")}, "cannot: a is 12, at its ceiling (max 12)", nil},
-		{"scale up rounding stuck", "{scale: a, by: 1.1}", Values{"a": Text("3")}, "cannot: a is 3, and ×1.1 rounds back to it", nil},
-		{"compensate", "{halve: a, compensate: b}", Values{"a": Text("64"), "b": Text("1")}, "a 64→32 (b 1→2)", Values{"a": Text("32"), "b": Text("2")}},
-		{"compensate odd: nearest, halves up", "{halve: a, compensate: b}", Values{"a": Text("5"), "b": Text("1")}, "a 5→2 (b 1→3); effective batch 5 → 6: 5 is not divisible by 2", Values{"a": Text("2"), "b": Text("3")}},
-		{"compensate odd with accumulation", "{halve: a, compensate: b}", Values{"a": Text("7"), "b": Text("9")}, "a 7→3 (b 9→21)", Values{"a": Text("3"), "b": Text("21")}},
-		{"compensate inexact down", "{halve: a, compensate: b}", Values{"a": Text("50"), "b": Text("2")}, "a 50→25 (b 2→4)", Values{"a": Text("25"), "b": Text("4")}},
-		{"compensate inexact", "{halve: a, compensate: b}", Values{"a": Text("25"), "b": Text("2")}, "a 25→12 (b 2→4); effective batch 50 → 48: 50 is not divisible by 12", Values{"a": Text("12"), "b": Text("4")}},
-		{"compensate without value", "{halve: a, compensate: b}", Values{"a": Text("8")}, "cannot: b cannot compensate: it has no value", nil},
-		{"compensate float", "{halve: f, compensate: b}", Values{"f": Text("0.5"), "b": Text("2")}, "cannot: cannot keep f × b: both must be positive whole numbers (0.5, 2)", nil},
-		{"cut workers to 0", "cut_workers: a", Values{"a": Text("1")}, "a 1→0", Values{"a": Text("0")}},
-		{"cut workers at 0", "cut_workers: a", Values{"a": Text("0")}, "cannot: a is 0, not a positive number", nil},
-		{"cut workers min", "{cut_workers: a, min: 2}", Values{"a": Text("3")}, "a 3→2", Values{"a": Text("2")}},
-		{"set_env", "set_env: {NCCL_DEBUG: INFO}", Values{}, "NCCL_DEBUG unset→INFO", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}},
-		{"set_env same", "set_env: {NCCL_DEBUG: INFO}", Values{EnvKey("NCCL_DEBUG"): Text("INFO")}, "cannot: NCCL_DEBUG is already INFO", nil},
-		{"set_env null unsets", "set_env: {X: null}", Values{EnvKey("X"): Text("1")}, "X 1→unset", Values{EnvKey("X"): Null}},
-		{"merge_env into unset", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`, Values{},
-			"PYTORCH_CUDA_ALLOC_CONF unset→expandable_segments:True", Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:True")}},
-		{"merge_env keeps the user's options", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "garbage_collection_threshold:0.6"}`,
-			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:128, expandable_segments:True")},
-			"PYTORCH_CUDA_ALLOC_CONF max_split_size_mb:128, expandable_segments:True→max_split_size_mb:128,expandable_segments:True,garbage_collection_threshold:0.6",
-			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:128,expandable_segments:True,garbage_collection_threshold:0.6")}},
-		{"merge_env replaces the same key in place", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`,
-			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:False,max_split_size_mb:64")},
-			"PYTORCH_CUDA_ALLOC_CONF expandable_segments:False,max_split_size_mb:64→expandable_segments:True,max_split_size_mb:64",
-			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("expandable_segments:True,max_split_size_mb:64")}},
-		{"merge_env already there", `merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}`,
-			Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:64, expandable_segments:True")},
-			"cannot: PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True", nil},
-		{"retry", "{retry: true}", Values{"a": Text("1")}, "relaunch unchanged", Values{"a": Text("1")}},
-		{"do: several actions, one at its floor", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Null},
-			"crop full→256", Values{"a": Text("1"), "crop": Text("256")}},
-		{"do: all at floors", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Text("256")},
-			"cannot: a is 1, at its floor (min 1); crop is already 256", nil},
-	} {
+	for _, tc := range actionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := actionPolicy(t, tc.step)
 			st := NewState(tc.vals)
@@ -203,7 +208,7 @@ rules:
       - {halve: bs, min: 1}
 budget: {relaunches: 20}
 `)
-	st := NewState(Values{"bs": Text("8"), "ga": Text("1"), "crop": Null})
+	st := NewState(Values{"bs": Text("8"), "ga": Text("1"), "crop": null})
 	var got []string
 	for i := 1; i <= 12; i++ {
 		phase := classify.PhaseVal
@@ -424,7 +429,7 @@ rules:
 }
 
 func TestValueJSON(t *testing.T) {
-	vals := Values{"a": Text("64"), "b": Null, "c": Text("")}
+	vals := Values{"a": Text("64"), "b": null, "c": Text("")}
 	b, err := json.Marshal(vals)
 	if err != nil || string(b) != `{"a":"64","b":null,"c":""}` {
 		t.Fatalf("Marshal = %s, %v", b, err)
@@ -436,8 +441,8 @@ func TestValueJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"a":5}`), &back); err == nil {
 		t.Errorf("a number is not a Value")
 	}
-	if Null.String() != "null" || Text("x").String() != "x" {
-		t.Errorf("String: %s %s", Null, Text("x"))
+	if null.String() != "null" || Text("x").String() != "x" {
+		t.Errorf("String: %s %s", null, Text("x"))
 	}
 }
 

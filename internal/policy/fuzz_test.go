@@ -58,7 +58,7 @@ func FuzzDeriveConfig(f *testing.F) {
 		keep := string(src)
 		v := Text(value)
 		if value == "null" {
-			v = Null
+			v = null
 		}
 		path := strings.Split(key, ".")
 		out, _, err := deriveConfig(src, []configEdit{{path, v}}, func(s string) (string, bool) { return "/abs/" + s, len(s) == 3 })

@@ -13,7 +13,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuguard/gpuguard/internal/envinject"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
@@ -269,6 +268,7 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["rules"]; ok {
 		p.rules = w.rules(f.val, p)
+		p.envVars = envVars(p.rules)
 	}
 	if f, ok := byName["budget"]; ok {
 		w.budget(f.val, &p.budget)
@@ -371,7 +371,7 @@ func (w *walker) knob(f field) *knob {
 // or null.
 func nodeValue(n *yaml.Node) Value {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return Null
+		return null
 	}
 	return Value{Text: n.Value}
 }
@@ -441,6 +441,24 @@ func (w *walker) rules(n *yaml.Node, p *Policy) []*rule {
 			w.at(c, "%s: needs steps: (a list of actions, tried in order across repeated failures)", what)
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// envVars lists the environment variables the rules' actions set, first
+// use first.
+func envVars(rules []*rule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, st := range r.steps {
+			for _, a := range st.actions {
+				for _, name := range a.envVars() {
+					if !slices.Contains(out, name) {
+						out = append(out, name)
+					}
+				}
+			}
+		}
 	}
 	return out
 }
@@ -529,9 +547,6 @@ func (w *walker) comparison(n *yaml.Node, what string) *comparison {
 	return c
 }
 
-var verbs = []string{"set", "halve", "scale", "cut_workers", "set_env", "merge_env", "retry"}
-var knobVerbOptions = []string{"min", "max", "round", "multiple_of", "compensate"}
-
 func (w *walker) steps(n *yaml.Node, what string, p *Policy) []step {
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
 		w.at(n, "%s: steps must be a non-empty list of actions, not %s", what, kindName(n))
@@ -578,157 +593,6 @@ func (w *walker) steps(n *yaml.Node, what string, p *Policy) []step {
 		out = append(out, st)
 	}
 	return out
-}
-
-// action reads one action from the fields of its mapping.
-func (w *walker) action(fields []field, n *yaml.Node, what string, p *Policy) (action, bool) {
-	var a action
-	var verbField *field
-	for i := range fields {
-		if slices.Contains(verbs, fields[i].name) {
-			if verbField != nil {
-				w.at(fields[i].key, "%s: one action per step entry (%s and %s); list several under do:", what, verbField.name, fields[i].name)
-				return a, false
-			}
-			verbField = &fields[i]
-		}
-	}
-	if verbField == nil {
-		var key *yaml.Node = n
-		name := ""
-		for _, f := range fields {
-			if !slices.Contains(knobVerbOptions, f.name) && f.name != "by" {
-				key, name = f.key, f.name
-				break
-			}
-		}
-		if name != "" {
-			w.at(key, "%s: unknown action %q%s; actions: %s", what, name, didYouMean(name, verbs), strings.Join(verbs, ", "))
-		} else {
-			w.at(key, "%s: no action; actions: %s", what, strings.Join(verbs, ", "))
-		}
-		return a, false
-	}
-	a.verb, a.node = verbField.name, verbField.key
-	allowed := map[string][]string{
-		"halve":       knobVerbOptions,
-		"scale":       append([]string{"by"}, knobVerbOptions...),
-		"cut_workers": {"min"},
-	}[a.verb]
-	for _, f := range fields {
-		if f.name == a.verb {
-			continue
-		}
-		if !slices.Contains(allowed, f.name) {
-			if len(allowed) == 0 {
-				w.at(f.key, "%s: %s takes no options, got %q", what, a.verb, f.name)
-			} else {
-				w.at(f.key, "%s: %s has no option %q%s; options: %s", what, a.verb, f.name, didYouMean(f.name, allowed), strings.Join(allowed, ", "))
-			}
-			continue
-		}
-		switch f.name {
-		case "by":
-			a.by = w.float(f.val, what+": by")
-			if a.by <= 0 || a.by == 1 {
-				w.at(f.val, "%s: by must be a positive factor other than 1 (0.5 halves, 2 doubles)", what)
-			}
-		case "min":
-			v := w.float(f.val, what+": min")
-			a.min = &v
-		case "max":
-			v := w.float(f.val, what+": max")
-			a.max = &v
-		case "round":
-			a.round, _ = w.scalar(f.val, what+": round")
-			if !slices.Contains([]string{"down", "up", "nearest"}, a.round) {
-				w.at(f.val, "%s: round must be down, up or nearest, not %q", what, a.round)
-			}
-		case "multiple_of":
-			a.multipleOf = int64(w.integer(f.val, what+": multiple_of", 1))
-		case "compensate":
-			a.compensate = w.knobRef(f.val, what+": compensate", p)
-		}
-	}
-	v := verbField.val
-	switch a.verb {
-	case "halve", "scale", "cut_workers":
-		a.knob = w.knobRef(v, what+": "+a.verb, p)
-		if a.verb == "halve" {
-			a.by = 0.5
-		}
-		if a.verb == "cut_workers" {
-			a.by = 0.5
-			if a.min == nil {
-				zero := 0.0
-				a.min = &zero
-			}
-		}
-		if a.verb == "scale" && a.by == 0 && !slices.ContainsFunc(fields, func(f field) bool { return f.name == "by" }) {
-			w.at(verbField.key, "%s: scale needs by: (the factor, e.g. 0.75)", what)
-		}
-		if a.min != nil && a.max != nil && *a.min > *a.max {
-			w.at(verbField.key, "%s: min %g is above max %g", what, *a.min, *a.max)
-		}
-		if a.compensate != "" && a.compensate == a.knob {
-			w.at(verbField.key, "%s: a knob cannot compensate itself", what)
-		}
-	case "set":
-		for _, f := range w.mapping(v, what+": set", nil...) {
-			name := w.knobRef(f.key, what+": set", p)
-			if f.val.Kind != yaml.ScalarNode {
-				w.at(f.val, "%s: set %s to a single value, not %s", what, f.name, kindName(f.val))
-			}
-			a.sets = append(a.sets, setting{name: name, value: nodeValue(f.val)})
-		}
-	case "set_env", "merge_env":
-		for _, f := range w.mapping(v, what+": "+a.verb, nil...) {
-			if strings.ContainsAny(f.name, "= \t") || f.name == "" {
-				w.at(f.key, "%s: %q is not an environment variable name", what, f.name)
-			}
-			if k := knobByEnv(p, f.name); k != nil {
-				w.at(f.key, "%s: %s is knob %s's variable; change it with `set: {%s: VALUE}` so its value is tracked once", what, f.name, k.name, k.name)
-			}
-			val := nodeValue(f.val)
-			if f.val.Kind != yaml.ScalarNode {
-				w.at(f.val, "%s: %s must be a single value, not %s", what, f.name, kindName(f.val))
-			} else if a.verb == "merge_env" {
-				if val.Null || len(parseOptions(val.Text)) == 0 {
-					w.at(f.val, "%s: merge_env %s needs options such as \"expandable_segments:True\"", what, f.name)
-				}
-				var opts []envinject.Option
-				bad := false
-				for _, o := range parseOptions(val.Text) {
-					if o.key == "" || !o.hasValue {
-						w.at(f.val, "%s: merge_env %s: option %q is not key:value", what, f.name, o.text())
-						bad = true
-					}
-					opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
-				}
-				if _, err := envinject.Merge(nil, opts, true); err != nil && !bad && isAllocatorVar(f.name) {
-					w.at(f.val, "%s: merge_env %s: %s", what, f.name, strings.TrimPrefix(err.Error(), "envinject: "))
-				}
-			}
-			a.sets = append(a.sets, setting{name: f.name, value: val})
-			if !slices.Contains(p.envVars, f.name) {
-				p.envVars = append(p.envVars, f.name)
-			}
-		}
-	case "retry":
-		if !w.boolean(v, what+": retry") {
-			w.at(v, "%s: retry: false does nothing; remove the step", what)
-		}
-	}
-	return a, true
-}
-
-func knobByEnv(p *Policy, name string) *knob {
-	for _, k := range p.knobs {
-		if k.where == whereEnv && k.env == name {
-			return k
-		}
-	}
-	return nil
 }
 
 // knobRef reads a knob name and checks that the policy defines it.
@@ -956,13 +820,13 @@ func (w *walker) crossCheck(p *Policy) {
 	for _, r := range p.rules {
 		for _, st := range r.steps {
 			for _, a := range st.actions {
-				for _, name := range []string{a.knob, a.compensate} {
+				for _, name := range a.numericKnobs() {
 					k := p.knobByName[name]
-					if k == nil || k.def == nil || a.verb == "set" {
+					if k == nil || k.def == nil {
 						continue
 					}
 					if _, ok := parseNumber(*k.def); !ok && !k.def.Null {
-						w.at(k.node, "knob %s: %s in rule %s needs a number, but the default is %q", k.name, a.verb, r.name, k.def.Text)
+						w.at(k.node, "knob %s: %s in rule %s needs a number, but the default is %q", k.name, a.verb(), r.name, k.def.Text)
 					}
 				}
 			}

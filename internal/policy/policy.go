@@ -37,7 +37,7 @@ type Policy struct {
 	sampling    Sampling
 	phases      []classify.PhasePattern
 	ckpt        CheckpointSpec
-	envVars     []string // variables named by set_env and merge_env actions, first use first
+	envVars     []string // variables the actions set (action.envVars), first use first
 	ckptPass    pass
 	slurm       Slurm
 }
@@ -160,20 +160,6 @@ const (
 	whereYAML
 )
 
-// describeWhere says where the knob lives, for messages.
-func (k *knob) describeWhere() string {
-	switch k.where {
-	case whereFlag:
-		return "flag " + k.flags[0]
-	case whereArg:
-		return "command word " + k.arg + "=VALUE"
-	case whereEnv:
-		return "environment variable " + k.env
-	default:
-		return "key " + joinKey(k.yamlKey) + " of the YAML file named by " + k.configWhere()
-	}
-}
-
 func (k *knob) configWhere() string {
 	if k.yamlArg != "" {
 		return k.yamlArg + "=FILE"
@@ -248,24 +234,6 @@ type step struct {
 	node    *yaml.Node
 	actions []action
 	times   int
-}
-
-// action is one change to the job's settings.
-type action struct {
-	verb       string // set, halve, scale, cut_workers, set_env, merge_env, retry
-	node       *yaml.Node
-	knob       string
-	by         float64
-	min, max   *float64
-	round      string // down (default), up, nearest
-	multipleOf int64
-	compensate string
-	sets       []setting // set, set_env, merge_env
-}
-
-type setting struct {
-	name  string
-	value Value
 }
 
 type budget struct {

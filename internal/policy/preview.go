@@ -16,7 +16,7 @@ const previewRepeats = 64
 func (p *Policy) Preview(vals Values) []string {
 	var lines []string
 	for _, r := range p.rules {
-		cur := vals.Clone()
+		cur := vals.clone()
 		for i, s := range r.steps {
 			head := fmt.Sprintf("rule %s step %d [%s]: ", r.name, i+1, r.when)
 			next, changes, why := p.applyStep(s, cur)
@@ -70,10 +70,7 @@ func describeChanges(cs []Change) string {
 func (p *Policy) showTouched(s step, vals Values) string {
 	var parts []string
 	for _, a := range s.actions {
-		for _, name := range []string{a.knob, a.compensate} {
-			if name == "" {
-				continue
-			}
+		for _, name := range a.numericKnobs() {
 			v, ok := vals[name]
 			parts = append(parts, name+" "+p.knobByName[name].show(v, ok))
 		}

@@ -52,17 +52,6 @@ func (p *Policy) Slurm() Slurm {
 	return s
 }
 
-// Requeues reports whether sig is one of the signals after which the job is
-// requeued.
-func (s Slurm) Requeues(sig syscall.Signal) bool {
-	for _, r := range s.RequeueOn {
-		if r == sig {
-			return true
-		}
-	}
-	return false
-}
-
 // requeueSignals are the signals requeue_on may name: those gpuguard
 // receives and passes on to the job. SIGKILL and SIGSTOP cannot be caught;
 // SIGALRM, SIGPIPE and the like are not sent by Slurm.

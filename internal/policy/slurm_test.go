@@ -44,8 +44,8 @@ func TestSlurmSection(t *testing.T) {
 				for _, w := range tc.want.RequeueOn {
 					want = want || w == sig
 				}
-				if got.Requeues(sig) != want {
-					t.Errorf("Requeues(%s) = %v, want %v", SignalName(sig), got.Requeues(sig), want)
+				if got.requeues(sig) != want {
+					t.Errorf("requeues(%s) = %v, want %v", SignalName(sig), got.requeues(sig), want)
 				}
 			}
 		})
@@ -117,4 +117,15 @@ func sameSignals(a, b []syscall.Signal) bool {
 		}
 	}
 	return true
+}
+
+// requeues reports whether sig is one of the signals after which the job is
+// requeued.
+func (s Slurm) requeues(sig syscall.Signal) bool {
+	for _, r := range s.RequeueOn {
+		if r == sig {
+			return true
+		}
+	}
+	return false
 }

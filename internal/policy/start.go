@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/allocconf"
 	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 )
 
 // Job is the command as the user gave it.
@@ -74,7 +76,7 @@ func (p *Policy) read(job Job, readFile FileReader) map[string]knobRead {
 				r.val, r.found = Value{Text: occ[len(occ)-1].value}, true
 			}
 		case whereEnv:
-			if v, ok := lookupEnv(job.Env, k.env); ok {
+			if v, ok := envlist.Lookup(job.Env, k.env); ok {
 				r.val, r.found = Value{Text: v}, true
 			}
 		case whereYAML:
@@ -153,9 +155,9 @@ func (p *Policy) uses() map[string]use {
 	for _, r := range p.rules {
 		for _, st := range r.steps {
 			for _, a := range st.actions {
-				for _, name := range []string{a.knob, a.compensate} {
-					if _, seen := out[name]; name != "" && !seen {
-						out[name] = use{rule: r.name, verb: a.verb, number: true}
+				for _, name := range a.numericKnobs() {
+					if _, seen := out[name]; !seen {
+						out[name] = use{rule: r.name, verb: a.verb(), number: true}
 					}
 				}
 			}
@@ -211,7 +213,7 @@ func (p *Policy) Start(job Job, readFile FileReader) (Values, error) {
 		}
 	}
 	for _, name := range p.envVars {
-		if v, ok := lookupEnv(job.Env, name); ok {
+		if v, ok := envlist.Lookup(job.Env, name); ok {
 			vals[EnvKey(name)] = Value{Text: v}
 		}
 	}
@@ -306,9 +308,9 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 			}
 		case whereEnv:
 			if v.Null {
-				l.Env = unsetEnv(l.Env, k.env)
+				l.Env = envlist.Unset(l.Env, k.env)
 			} else {
-				l.Env = setEnv(l.Env, k.env, v.Text)
+				l.Env = envlist.Set(l.Env, k.env, v.Text)
 			}
 			l.Notes = append(l.Notes, fmt.Sprintf("%s: %s=%s → %s", k.name, k.env, old, k.show(v, true)))
 		case whereYAML:
@@ -332,7 +334,7 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 	}
 	for _, name := range p.envVars {
 		v, ok := vals[EnvKey(name)]
-		old, had := lookupEnv(job.Env, name)
+		old, had := envlist.Lookup(job.Env, name)
 		if !ok || (had && !v.Null && old == v.Text) || (!had && v.Null) {
 			continue
 		}
@@ -340,11 +342,11 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 			old = "unset"
 		}
 		if v.Null {
-			l.Env = unsetEnv(l.Env, name)
+			l.Env = envlist.Unset(l.Env, name)
 			l.Notes = append(l.Notes, fmt.Sprintf("env %s unset (was %s)", name, old))
 			continue
 		}
-		l.Env = setEnv(l.Env, name, v.Text)
+		l.Env = envlist.Set(l.Env, name, v.Text)
 		l.Notes = append(l.Notes, fmt.Sprintf("env %s=%s (was %s)", name, v.Text, old))
 		if isAllocatorVar(name) {
 			p.syncAllocatorVars(&l, name, old, had, v.Text)
@@ -408,11 +410,11 @@ func (p *Policy) syncAllocatorVars(l *Launch, name, old string, had bool, now st
 	if !had {
 		old = ""
 	}
-	before := parseOptions(old)
-	var opts []envinject.Option
-	for _, o := range parseOptions(now) {
-		if o.hasValue && !slices.Contains(before, o) {
-			opts = append(opts, envinject.Option{Key: o.key, Value: o.value})
+	before := allocconf.Split(old)
+	var opts []allocconf.Option
+	for _, o := range allocconf.Split(now) {
+		if !o.NoValue && !before.Has(o) {
+			opts = append(opts, o)
 		}
 	}
 	var siblings []string // the other allocator variables the user set, as KEY=VALUE
@@ -433,8 +435,8 @@ func (p *Policy) syncAllocatorVars(l *Launch, name, old string, had bool, now st
 		return
 	}
 	for _, k := range names {
-		if v, ok := lookupEnv(res.Env, k); ok {
-			l.Env = setEnv(l.Env, k, v)
+		if v, ok := envlist.Lookup(res.Env, k); ok {
+			l.Env = envlist.Set(l.Env, k, v)
 		}
 	}
 	for _, c := range res.Changes {
@@ -465,7 +467,7 @@ func (p *Policy) passCheckpoint(l *Launch, ckpt string) {
 		}
 		l.Notes = append(l.Notes, "resume: "+word)
 	case "env":
-		l.Env = setEnv(l.Env, ps.name, ckpt)
+		l.Env = envlist.Set(l.Env, ps.name, ckpt)
 		l.Notes = append(l.Notes, fmt.Sprintf("resume: env %s=%s", ps.name, ckpt))
 	case "template":
 		for _, w := range ps.template {

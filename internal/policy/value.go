@@ -22,8 +22,8 @@ type Value struct {
 // Text returns a Value holding s.
 func Text(s string) Value { return Value{Text: s} }
 
-// Null is the null value.
-var Null = Value{Null: true}
+// null is the null value.
+var null = Value{Null: true}
 
 // String returns the text, or "null" for the null value.
 func (v Value) String() string {
@@ -44,7 +44,7 @@ func (v Value) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads what MarshalJSON writes.
 func (v *Value) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
-		*v = Null
+		*v = null
 		return nil
 	}
 	var s string
@@ -64,8 +64,8 @@ type Values map[string]Value
 // never collide.
 func EnvKey(name string) string { return "env:" + name }
 
-// Clone returns a copy of vs that can be changed without changing vs.
-func (vs Values) Clone() Values {
+// clone returns a copy of vs that can be changed without changing vs.
+func (vs Values) clone() Values {
 	out := make(Values, len(vs))
 	for k, v := range vs {
 		out[k] = v
