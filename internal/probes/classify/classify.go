@@ -85,9 +85,9 @@ type Classifier struct {
 	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
 	marks        []PhaseMark
 	marksDropped int
-	last         [nSlots]Position // the last position read, per kind of counter
+	last         [nSlots]place // the last position read, per kind of counter
 	haveLast     [nSlots]bool
-	ev           [nSlots]Position // the last position sent in an EventStep, per kind
+	ev           [nSlots]place // the last position sent in an EventStep, per kind
 
 	// failures
 	cur     *failure
@@ -114,7 +114,7 @@ const maxText = 1000
 type stepRead struct {
 	step, total int64 // -1: none
 	epoch       int64 // the epoch in effect when it was read (a position within the epoch is one with it)
-	kind        StepKind
+	kind        kindID
 	line        int
 }
 
@@ -129,17 +129,23 @@ const (
 	nSlots
 )
 
+// place is a position read from a line; its slot says its kind.
+type place struct{ step, total, epoch int64 }
+
+var slotKinds = [nSlots]StepKind{slotGlobal: StepGlobal, slotInEpoch: StepInEpoch, slotOther: StepNone}
+
 // advanced says whether p, read after q in the same slot, shows training
 // further on. ok is false when the two cannot be compared (one shows an
 // epoch, the other not).
-func advanced(slot int, p, q Position) (adv, ok bool) {
+func advanced(slot int, p, q place) (adv, ok bool) {
 	if slot == slotOther {
-		if p.Epoch >= 0 && q.Epoch >= 0 && p.Epoch != q.Epoch {
-			return p.Epoch > q.Epoch, true
+		if p.epoch >= 0 && q.epoch >= 0 && p.epoch != q.epoch {
+			return p.epoch > q.epoch, true
 		}
-		return p.Step > q.Step, true
+		return p.step > q.step, true
 	}
-	c, ok := p.Cmp(q)
+	k := slotKinds[slot]
+	c, ok := Position{k, p.step, p.total, p.epoch}.Cmp(Position{k, q.step, q.total, q.epoch})
 	return c > 0, ok
 }
 
@@ -165,7 +171,7 @@ type failure struct {
 	stCut    uint8
 	epoch    int64
 
-	base    [nSlots]Position // training position when the failure was seen, per kind of counter
+	base    [nSlots]place // training position when the failure was seen, per kind of counter
 	hasBase [nSlots]bool
 	ticks   [nSlots]int // times the position advanced after the failure, per kind of counter
 	adopt   int         // a phase line up to this line number may supply the phase
@@ -224,7 +230,7 @@ func NewClassifier(o ClassifierOptions) (*Classifier, error) {
 		valEpoch: -1, epoch: -1, st: noStep, stText: make([]byte, 0, maxStepText),
 	}
 	for i := range c.ev {
-		c.ev[i] = Position{Step: -1, Total: -1, Epoch: -1}
+		c.ev[i] = place{-1, -1, -1}
 	}
 	if bHas([]byte(o.AllocConf), "expandable_segments:True") || bHas([]byte(o.AllocConf), "expandable_segments:true") {
 		c.exp.on = true
@@ -461,8 +467,8 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if c.trace != nil && p != PhaseNone {
 		c.trace(c.num, p)
 	}
-	if r.optSteps > 0 {
-		c.optSteps = r.optSteps
+	if r.banner {
+		c.optSteps = r.tot
 	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch
@@ -473,32 +479,31 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	// training step was seen: a bar's batch index does not replace the
 	// training step beside it.
 	switch {
-	case r.kind == StepGlobal:
+	case r.kind == kindGlobal:
 		c.setStep(r, t)
-	case r.kind == StepInEpoch && p == PhaseTrain && c.st.kind != StepGlobal:
+	case r.kind == kindInEpoch && p == PhaseTrain && c.st.kind != kindGlobal:
 		c.setStep(r, t)
 	}
 	// Progress: the position of this line in training, with its kind.
-	slot, pos := -1, Position{}
+	slot, pos := -1, place{}
 	switch {
-	case r.kind == StepGlobal:
-		slot, pos = slotGlobal, Position{Kind: StepGlobal, Step: r.step, Total: r.stepTot, Epoch: c.epoch}
-	case r.kind == StepInEpoch:
-		slot, pos = slotInEpoch, Position{Kind: StepInEpoch, Step: r.step, Total: r.stepTot, Epoch: c.epoch}
+	case r.kind == kindGlobal:
+		slot, pos = slotGlobal, place{r.step, r.stepTot, c.epoch}
+	case r.kind == kindInEpoch:
+		slot, pos = slotInEpoch, place{r.step, r.stepTot, c.epoch}
 	case r.cur >= 0 || r.epoch >= 0:
-		slot, pos = slotOther, Position{Step: r.cur, Total: r.tot, Epoch: r.epoch}
+		slot, pos = slotOther, place{r.cur, r.tot, r.epoch}
 	}
-	if slot >= 0 && (p == PhaseTrain || r.kind == StepGlobal) && (r.step >= 0 || r.epoch >= 0) {
+	if slot >= 0 && (p == PhaseTrain || r.kind == kindGlobal) && (r.step >= 0 || r.epoch >= 0) {
 		// A step (or an epoch) printed: one event per new reading of each
 		// kind, so that interleaved counters of two kinds all count.
-		ev := Position{Kind: r.kind, Step: r.step, Total: -1, Epoch: c.epoch}
-		k := slot
-		if r.kind == StepNone {
-			k, ev.Step = slotOther, -1
+		ev := place{r.step, -1, c.epoch}
+		if r.kind == kindNone {
+			ev.step = -1 // a line that shows the epoch alone
 		}
-		if c.ev[k].Step != ev.Step || c.ev[k].Epoch != ev.Epoch {
-			c.ev[k] = ev
-			c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: ev.Step, Epoch: ev.Epoch, StepKind: ev.Kind})
+		if e := &c.ev[slot]; e.step != ev.step || e.epoch != ev.epoch {
+			*e = ev
+			c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: ev.step, Epoch: ev.epoch, StepKind: stepKinds[r.kind]})
 		}
 	}
 	if f := c.cur; f != nil && c.num > f.line {
@@ -527,7 +532,7 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 // again after validation) keeps the line where it was first read.
 func (c *Classifier) setStep(r *phaseHit, t []byte) {
 	st := stepRead{step: r.step, total: r.stepTot, epoch: c.epoch, kind: r.kind, line: c.num}
-	if st.step == c.st.step && st.kind == c.st.kind && st.total == c.st.total && (st.kind == StepGlobal || st.epoch == c.st.epoch) {
+	if st.step == c.st.step && st.kind == c.st.kind && st.total == c.st.total && (st.kind == kindGlobal || st.epoch == c.st.epoch) {
 		return
 	}
 	c.st = st
@@ -601,7 +606,7 @@ func stepText(b []byte, cut uint8) string {
 // position with the last one of the same kind. A counter that advances
 // twice means training went on: the failure was handled. (A step line and a
 // bar that each advance once are one step of training, not two.)
-func (c *Classifier) tick(f *failure, slot int, pos Position) {
+func (c *Classifier) tick(f *failure, slot int, pos place) {
 	if !f.hasBase[slot] {
 		f.base[slot], f.hasBase[slot] = pos, true
 		return

@@ -104,7 +104,7 @@ func setStep(v *Verdict, st stepRead, text string) {
 	if st.step < 0 {
 		return
 	}
-	v.Step, v.StepKind, v.StepLine, v.StepText = valPtr(st.step), st.kind, st.line, text
+	v.Step, v.StepKind, v.StepLine, v.StepText = valPtr(st.step), stepKinds[st.kind], st.line, text
 	if st.total >= 0 {
 		v.StepTotal = valPtr(st.total)
 	}

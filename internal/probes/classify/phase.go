@@ -47,38 +47,49 @@ func init() {
 // phaseHit is what a phase detector found on a line.
 type phaseHit struct {
 	phase    Phase
-	done     bool  // the line ends (or reports the results of) a validation
-	combined bool  // a Lightning "Epoch N:" bar, which also counts validation batches
-	explicit bool  // a "gpuguard: phase=" line
-	epoch    int64 // -1: not printed
-	cur, tot int64 // the line's progress counter (i/N), -1: none
-	nan      bool  // the line reports a NaN or infinite loss
+	done     bool   // the line ends (or reports the results of) a validation
+	combined bool   // a Lightning "Epoch N:" bar, which also counts validation batches
+	explicit bool   // a "gpuguard: phase=" line
+	nan      bool   // the line reports a NaN or infinite loss
+	banner   bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
+	kind     kindID // the kind of step
+	epoch    int64  // -1: not printed
+	cur, tot int64  // the line's progress counter (i/N), -1: none
 
-	// The step the line shows, with its kind (see StepKind) and the M of
-	// its "N/M" (-1: none). Set with global and inEpoch.
-	step     int64
-	stepTot  int64
-	kind     StepKind
-	optSteps int64 // Hugging Face's and Accelerate's "Total optimization steps = N", -1: not this line
+	// The step the line shows, of the kind kind, and the M of its "N/M"
+	// (-1: none). Set with global and inEpoch.
+	step    int64
+	stepTot int64
 }
 
+// kindID is a StepKind inside the classifier (a byte, not a string).
+type kindID uint8
+
+const (
+	kindNone kindID = iota
+	kindGlobal
+	kindInEpoch
+)
+
+var stepKinds = [...]StepKind{kindNone: StepNone, kindGlobal: StepGlobal, kindInEpoch: StepInEpoch}
+
 func newPhaseHit(p Phase) phaseHit {
-	return phaseHit{phase: p, epoch: -1, step: -1, stepTot: -1, cur: -1, tot: -1, optSteps: -1}
+	return phaseHit{phase: p, epoch: -1, step: -1, stepTot: -1, cur: -1, tot: -1}
 }
 
 // global records the job's training step v (of tot, -1: not printed). It
 // replaces a position within the epoch read before on the same line.
 func (r *phaseHit) global(v, tot int64) {
 	if v >= 0 {
-		r.step, r.stepTot, r.kind = v, tot, StepGlobal
+		r.step, r.stepTot, r.kind = v, tot, kindGlobal
 	}
 }
 
 // inEpoch records the position v of tot within the epoch, unless the line
 // already showed a training step.
 func (r *phaseHit) inEpoch(v, tot int64) {
-	if v >= 0 && r.kind != StepGlobal {
-		r.step, r.stepTot, r.kind = v, tot, StepInEpoch
+	if v >= 0 && r.kind != kindGlobal {
+		r.step, r.stepTot, r.kind = v, tot, kindInEpoch
 	}
 }
 
@@ -534,6 +545,13 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	if h.has(kwSkipped) {
+		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
+		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
+			r.global(v, -1)
+			return true
+		}
+	}
 	if h.has(kwStep) {
 		if bHasPrefix(tl, "Steps:") {
 			// diffusers' and Accelerate scripts' bar over the run's
@@ -545,18 +563,11 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 				return true
 			}
 		}
-		if v, ok := optimizationSteps(t); ok {
+		if v, ok := optimizationSteps(t, h); ok {
 			// Hugging Face's and Accelerate's banner: the total of the
 			// run's training bar, which counts optimization steps.
 			*r = newPhaseHit(PhaseNone)
-			r.optSteps = v
-			return true
-		}
-	}
-	if h.has(kwSkipped) {
-		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
-		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
-			r.global(v, -1)
+			r.banner, r.tot = true, v
 			return true
 		}
 	}

@@ -278,12 +278,15 @@ func bareBar(tl []byte) (cur, tot int64, ok bool) {
 
 // optimizationSteps reads Hugging Face's and Accelerate's banner line "Total
 // optimization steps = 12,304": the total of the run's training bar.
-func optimizationSteps(t []byte) (int64, bool) {
-	i := bIndex(t, "Total optimization steps")
-	if i < 0 {
+// h is the prefilter's keywords of t: the banner's "steps" is the line's
+// first "step".
+func optimizationSteps(t []byte, h *hitSet) (int64, bool) {
+	const banner = "Total optimization steps"
+	i := h.at(kwStep) - len("Total optimization ")
+	if !h.has(kwStep) || i < 0 || !bHasPrefix(t[i:], banner) {
 		return -1, false
 	}
-	r := trimSpaceLeft(t[i+len("Total optimization steps"):])
+	r := trimSpaceLeft(t[i+len(banner):])
 	if len(r) == 0 || r[0] != '=' {
 		return -1, false
 	}
