@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/gpuguard/gpuguard/internal/lines"
@@ -48,10 +49,16 @@ type ClassifierOptions struct {
 //     exception, a non-zero exit). Later lines of the same report (the rest of
 //     a hard-wrapped message, torchrun's root-cause block, Slurm's and the
 //     kernel's follow-up lines) refine the first one.
+//   - The step is the job's training step (a global step, an iteration, an
+//     optimizer update: see StepKind and step.go); a progress bar's position
+//     within an epoch is kept, with the epoch, only while no training step
+//     has been seen. The verdict says which kind it is and the line it was
+//     read from.
 //   - A failure that training survived is dropped: when progress lines show
-//     the step (or epoch) advancing twice after the failure line, the error
-//     was caught and handled (an OOM retried by the framework, an exception
-//     logged by a callback). The diagnosis still mentions it.
+//     one counter (the training step, the position within the epoch, another
+//     bar) advancing twice after the failure line, the error was caught and
+//     handled (an OOM retried by the framework, an exception logged by a
+//     callback). The diagnosis still mentions it.
 //   - The phase at a failure is the phase in effect at its line; when none
 //     was seen yet, a progress bar redrawn within the next 5 lines supplies it
 //     (tqdm redraws the bar of the phase that was running when a traceback
@@ -71,13 +78,16 @@ type Classifier struct {
 	explicit     bool
 	valDone      bool
 	valEpoch     int64
-	epoch, step  int64
+	epoch        int64
+	st           stepRead // the step the verdict reports
+	stText       []byte   // the line st was read from, bounded by maxStepText
+	stCut        uint8    // where stText was cut from its line: cutStart, cutEnd
+	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
 	marks        []PhaseMark
 	marksDropped int
-	pos          progress
-	havePos      bool
-	evStep       int64
-	evEpoch      int64
+	last         [nSlots]place // the last position read, per kind of counter
+	haveLast     [nSlots]bool
+	ev           [nSlots]place // the last position sent in an EventStep, per kind
 
 	// failures
 	cur     *failure
@@ -100,14 +110,43 @@ const maxPhaseMarks = 512
 // maxText bounds Verdict.Text.
 const maxText = 1000
 
-// progress is a position in training: (epoch, step), -1 where not printed.
-type progress struct{ epoch, step int64 }
+// stepRead is a step the output showed, where it was read.
+type stepRead struct {
+	step, total int64 // -1: none
+	epoch       int64 // the epoch in effect when it was read (a position within the epoch is one with it)
+	kind        kindID
+	line        int
+}
 
-func (p progress) after(q progress) bool {
-	if p.epoch >= 0 && q.epoch >= 0 && p.epoch != q.epoch {
-		return p.epoch > q.epoch
+var noStep = stepRead{step: -1, total: -1, epoch: -1}
+
+// Positions are compared only with positions of the same kind of counter:
+// the slots of Classifier.last and failure.base.
+const (
+	slotGlobal  = iota // a training step (StepGlobal)
+	slotInEpoch        // a position within the epoch (StepInEpoch)
+	slotOther          // another counter (a validation bar's) or an epoch alone
+	nSlots
+)
+
+// place is a position read from a line; its slot says its kind.
+type place struct{ step, total, epoch int64 }
+
+var slotKinds = [nSlots]StepKind{slotGlobal: StepGlobal, slotInEpoch: StepInEpoch, slotOther: StepNone}
+
+// advanced says whether p, read after q in the same slot, shows training
+// further on. ok is false when the two cannot be compared (one shows an
+// epoch, the other not).
+func advanced(slot int, p, q place) (adv, ok bool) {
+	if slot == slotOther {
+		if p.epoch >= 0 && q.epoch >= 0 && p.epoch != q.epoch {
+			return p.epoch > q.epoch, true
+		}
+		return p.step > q.step, true
 	}
-	return p.step > q.step
+	k := slotKinds[slot]
+	c, ok := Position{k, p.step, p.total, p.epoch}.Cmp(Position{k, q.step, q.total, q.epoch})
+	return c > 0, ok
 }
 
 // failure is the classifier's current conclusion.
@@ -126,13 +165,16 @@ type failure struct {
 	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
 	lowConf  bool   // the evidence does not prove the cause
 	phase    Phase
-	step     int64
+	st       stepRead
+	stText   [maxStepText]byte // st's line (stLen bytes of it, cut as stCut says): no allocation per failure
+	stLen    uint8
+	stCut    uint8
 	epoch    int64
 
-	base    progress // training position when the failure was seen
-	hasBase bool
-	ticks   int // times the position advanced after the failure
-	adopt   int // a phase line up to this line number may supply the phase
+	base    [nSlots]place // training position when the failure was seen, per kind of counter
+	hasBase [nSlots]bool
+	ticks   [nSlots]int // times the position advanced after the failure, per kind of counter
+	adopt   int         // a phase line up to this line number may supply the phase
 
 	allowTable int // "would exceed allowed memory": figures follow until this line
 
@@ -185,8 +227,10 @@ func NewClassifier(o ClassifierOptions) (*Classifier, error) {
 	}
 	c := &Classifier{
 		opts: o, m: getKWMatcher(), user: user,
-		valEpoch: -1, epoch: -1, step: -1, evStep: -1, evEpoch: -1,
-		pos: progress{-1, -1},
+		valEpoch: -1, epoch: -1, st: noStep, stText: make([]byte, 0, maxStepText),
+	}
+	for i := range c.ev {
+		c.ev[i] = place{-1, -1, -1}
 	}
 	if bHas([]byte(o.AllocConf), "expandable_segments:True") || bHas([]byte(o.AllocConf), "expandable_segments:true") {
 		c.exp.on = true
@@ -377,13 +421,23 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	if !ok && (h.any(&phaseKeywords) || anchored) {
 		ok = detectPhase(t, h, r)
 	}
+	if !ok && anchored && c.optSteps > 0 {
+		// Hugging Face's and Accelerate's training bar has no label; its
+		// total is the run's total optimization steps, and it counts them:
+		// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
+		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && tot == c.optSteps {
+			*r = newPhaseHit(PhaseNone)
+			r.global(cur, tot)
+			ok = true
+		}
+	}
 	if !ok {
 		return
 	}
-	c.applyPhase(r)
+	c.applyPhase(r, t)
 }
 
-func (c *Classifier) applyPhase(r *phaseHit) {
+func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.explicit {
 		c.explicit = true
 	}
@@ -413,28 +467,50 @@ func (c *Classifier) applyPhase(r *phaseHit) {
 	if c.trace != nil && p != PhaseNone {
 		c.trace(c.num, p)
 	}
+	if r.banner {
+		c.optSteps = r.tot
+	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch
 	}
-	if p == PhaseTrain && r.step >= 0 {
-		c.step = r.step
-	} else if r.step >= 0 && (r.explicit || p == PhaseVal && r.cur < 0) {
-		c.step = r.step // a global step printed on a val line (fairseq's num_updates)
+	// The step: a training step from any line (it is the same counter in
+	// every phase: fairseq's num_updates on a validation line); a position
+	// within the epoch only from a training line, and only as long as no
+	// training step was seen: a bar's batch index does not replace the
+	// training step beside it.
+	switch {
+	case r.kind == kindGlobal:
+		c.setStep(r, t)
+	case r.kind == kindInEpoch && p == PhaseTrain && c.st.kind != kindGlobal:
+		c.setStep(r, t)
 	}
-	if (r.step >= 0 || r.epoch >= 0) && (c.step != c.evStep || c.epoch != c.evEpoch) && p == PhaseTrain {
-		c.evStep, c.evEpoch = c.step, c.epoch
-		c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: c.step, Epoch: c.epoch})
+	// Progress: the position of this line in training, with its kind.
+	slot, pos := -1, place{}
+	switch {
+	case r.kind == kindGlobal:
+		slot, pos = slotGlobal, place{r.step, r.stepTot, c.epoch}
+	case r.kind == kindInEpoch:
+		slot, pos = slotInEpoch, place{r.step, r.stepTot, c.epoch}
+	case r.cur >= 0 || r.epoch >= 0:
+		slot, pos = slotOther, place{r.cur, r.tot, r.epoch}
 	}
-	// Progress: the position of this line in training.
-	pos := progress{epoch: r.epoch, step: r.step}
-	if pos.step < 0 {
-		pos.step = r.cur
+	if slot >= 0 && (p == PhaseTrain || r.kind == kindGlobal) && (r.step >= 0 || r.epoch >= 0) {
+		// A step (or an epoch) printed: one event per new reading of each
+		// kind, so that interleaved counters of two kinds all count.
+		ev := place{r.step, -1, c.epoch}
+		if r.kind == kindNone {
+			ev.step = -1 // a line that shows the epoch alone
+		}
+		if e := &c.ev[slot]; e.step != ev.step || e.epoch != ev.epoch {
+			*e = ev
+			c.emit(Event{Type: EventStep, Line: c.num, Rank: c.rank, Step: ev.step, Epoch: ev.epoch, StepKind: stepKinds[r.kind]})
+		}
 	}
 	if f := c.cur; f != nil && c.num > f.line {
 		if f.phase == PhaseNone && c.num <= f.adopt && p != PhaseNone {
 			f.phase = p
-			if f.step < 0 && p == PhaseTrain && r.step >= 0 {
-				f.step = r.step
+			if f.st.step < 0 && c.st.line == c.num {
+				c.snapshotStep(f)
 			}
 			if f.epoch < 0 && r.epoch >= 0 {
 				f.epoch = r.epoch
@@ -442,28 +518,110 @@ func (c *Classifier) applyPhase(r *phaseHit) {
 		}
 		// Another rank's progress does not show that the failing rank
 		// went on: it may print steps it took before it hung.
-		if (pos.step >= 0 || pos.epoch >= 0) && !r.nan && (f.rank < 0 || c.rank < 0 || f.rank == c.rank) {
-			c.tick(f, pos)
+		if slot >= 0 && !r.nan && (f.rank < 0 || c.rank < 0 || f.rank == c.rank) {
+			c.tick(f, slot, pos)
 		}
 	}
-	if pos.step >= 0 || pos.epoch >= 0 {
-		c.pos, c.havePos = pos, true
+	if slot >= 0 {
+		c.last[slot], c.haveLast[slot] = pos, true
 	}
 }
 
-// tick counts the progress lines that follow a failure. Twice advancing
-// progress means training went on: the failure was handled.
-func (c *Classifier) tick(f *failure, pos progress) {
-	if !f.hasBase {
-		f.base, f.hasBase = pos, true
+// setStep makes the step of r, read from line t, the reported step. A
+// reading that repeats the current one (a bar redrawn, the step printed
+// again after validation) keeps the line where it was first read.
+func (c *Classifier) setStep(r *phaseHit, t []byte) {
+	st := stepRead{step: r.step, total: r.stepTot, epoch: c.epoch, kind: r.kind, line: c.num}
+	if st.step == c.st.step && st.kind == c.st.kind && st.total == c.st.total && (st.kind == kindGlobal || st.epoch == c.st.epoch) {
 		return
 	}
-	if !pos.after(f.base) {
+	c.st = st
+	t = trimSpace(t)
+	c.stCut = 0
+	if len(t) > maxStepText {
+		var start int
+		t, start = stepWindow(t, st.step)
+		c.stCut = cutEnd
+		if start > 0 {
+			c.stCut |= cutStart
+		}
+	}
+	c.stText = append(c.stText[:0], t...)
+}
+
+// Where a step line was cut (Classifier.stCut).
+const (
+	cutStart = 1 << iota
+	cutEnd
+)
+
+// stepWindow is maxStepText bytes of a long line t, and where they start:
+// its start, or, when the step's number is further on (a DeepSpeed line
+// glued to a bar drawn across the terminal), the part that ends shortly
+// after the number.
+func stepWindow(t []byte, step int64) ([]byte, int) {
+	var nb [20]byte
+	num := strconv.AppendInt(nb[:0], step, 10)
+	for off := 0; off < len(t); {
+		i := bytes.Index(t[off:], num)
+		if i < 0 {
+			break
+		}
+		i += off
+		end := i + len(num)
+		off = end
+		if i > 0 && asciiDigit(t[i-1]) || end < len(t) && asciiDigit(t[end]) {
+			continue
+		}
+		if end+40 > maxStepText {
+			start := min(end+40, len(t)) - maxStepText
+			for start < len(t) && !utf8.RuneStart(t[start]) {
+				start++
+			}
+			return t[start:min(start+maxStepText, len(t))], start
+		}
+		break
+	}
+	return t[:maxStepText], 0
+}
+
+// stepText is the text of a step line for the verdict: valid UTF-8, cut at
+// a character boundary, "…" where it was cut.
+func stepText(b []byte, cut uint8) string {
+	s := string(bytes.ToValidUTF8(b, []byte("\uFFFD")))
+	room := maxStepText
+	if cut&cutStart != 0 {
+		room -= len("…")
+	}
+	if cut&cutEnd != 0 || len(s) > room {
+		s = clipText(s, room-len("…")) + "…"
+	}
+	if cut&cutStart != 0 {
+		s = "…" + s
+	}
+	return s
+}
+
+// tick counts the progress lines that follow a failure, comparing each
+// position with the last one of the same kind. A counter that advances
+// twice means training went on: the failure was handled. (A step line and a
+// bar that each advance once are one step of training, not two.)
+func (c *Classifier) tick(f *failure, slot int, pos place) {
+	if !f.hasBase[slot] {
+		f.base[slot], f.hasBase[slot] = pos, true
 		return
 	}
-	f.base = pos
-	f.ticks++
-	if f.ticks >= 2 {
+	adv, ok := advanced(slot, pos, f.base[slot])
+	if !ok {
+		f.base[slot] = pos // another kind of reading: start again from it
+		return
+	}
+	if !adv {
+		return
+	}
+	f.base[slot] = pos
+	f.ticks[slot]++
+	if f.ticks[slot] >= 2 {
 		if len(c.handled) < 4 {
 			c.handled = append(c.handled, handledFailure{kind: f.kind, reason: f.reason, line: f.line})
 		}
@@ -523,12 +681,9 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 	nf := f
 	nf.line, nf.lastLine = c.num, c.num
 	nf.text = boundedText(full, t)
-	nf.phase = c.phase
-	nf.step, nf.epoch = c.step, c.epoch
+	c.snapshot(&nf)
 	nf.adopt = c.num + 5
-	if c.havePos {
-		nf.base, nf.hasBase = c.pos, true
-	}
+	nf.base, nf.hasBase = c.last, c.haveLast
 	if nf.allowTable > 0 {
 		nf.allowTable = c.num + 8
 	}
@@ -541,6 +696,20 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 		return
 	}
 	c.emit(Event{Type: EventFailure, Line: c.num, Rank: nf.rank, Kind: nf.kind, Text: nf.text})
+}
+
+// snapshot records in f where training is: the phase, the step and the
+// epoch.
+func (c *Classifier) snapshot(f *failure) {
+	f.phase, f.epoch = c.phase, c.epoch
+	c.snapshotStep(f)
+}
+
+// snapshotStep records in f the current step and its line.
+func (c *Classifier) snapshotStep(f *failure) {
+	f.st = c.st
+	f.stLen = uint8(copy(f.stText[:], c.stText))
+	f.stCut = c.stCut
 }
 
 // merge folds a later line of the same report into the current failure:

@@ -55,8 +55,9 @@ func Fragmented(o *OOM) bool {
 func (c *Classifier) Verdict() Verdict {
 	v := Verdict{Kind: KindNone, Phase: c.phase, Suggestions: []string{}}
 	v.Phases = append([]PhaseMark{}, c.marks...)
-	if c.step >= 0 {
-		v.Step = valPtr(c.step)
+	setStep(&v, c.st, "")
+	if c.st.step >= 0 {
+		v.StepText = stepText(c.stText, c.stCut)
 	}
 	if c.epoch >= 0 {
 		v.Epoch = valPtr(c.epoch)
@@ -76,10 +77,8 @@ func (c *Classifier) Verdict() Verdict {
 		v.Kind, v.Reason, v.Line, v.Text, v.Host = f.kind, f.reason, f.line, f.text, f.host
 		if f.line > 0 {
 			v.Phase = f.phase
-			v.Step, v.Epoch = nil, nil
-			if f.step >= 0 {
-				v.Step = valPtr(f.step)
-			}
+			v.Epoch = nil
+			setStep(&v, f.st, stepText(f.stText[:f.stLen], f.stCut))
 			if f.epoch >= 0 {
 				v.Epoch = valPtr(f.epoch)
 			}
@@ -97,6 +96,18 @@ func (c *Classifier) Verdict() Verdict {
 	}
 	v.Diagnosis, v.Suggestions = c.diagnose(&v, f, handled, exitNote)
 	return v
+}
+
+// setStep sets the verdict's step and where it was read from.
+func setStep(v *Verdict, st stepRead, text string) {
+	v.Step, v.StepKind, v.StepTotal, v.StepLine, v.StepText = nil, StepNone, nil, 0, ""
+	if st.step < 0 {
+		return
+	}
+	v.Step, v.StepKind, v.StepLine, v.StepText = valPtr(st.step), stepKinds[st.kind], st.line, text
+	if st.total >= 0 {
+		v.StepTotal = valPtr(st.total)
+	}
 }
 
 // applyExit folds how the process ended into the conclusion.
@@ -124,7 +135,7 @@ func (c *Classifier) applyExit(e Exit, f *failure, handled []handledFailure) (*f
 			return f, handled, note
 		}
 		nf := memFailure(KindHostOOM, "killed by the memory cgroup's out-of-memory killer", "cgroup")
-		nf.phase, nf.step, nf.epoch = c.phase, c.step, c.epoch
+		c.snapshot(&nf)
 		if f != nil {
 			nf.detail = "the error printed at line " + itoa(int64(f.line)) + " (" + f.reason + ") followed from it"
 		}
@@ -132,14 +143,35 @@ func (c *Classifier) applyExit(e Exit, f *failure, handled []handledFailure) (*f
 	case killed && (f == nil || f.kind == KindCrash && f.class == classGeneric):
 		nf := memFailure(KindHostOOM, "killed by SIGKILL with no message (most likely the out-of-memory killer)", "sigkill")
 		nf.lowConf = true
-		nf.phase, nf.step, nf.epoch = c.phase, c.step, c.epoch
+		c.snapshot(&nf)
 		return &nf, handled, "The job " + status + "."
 	case f == nil:
 		nf := crashFailure(classGeneric, "the job "+status+" without a recognised error message", "exit")
-		nf.phase, nf.step, nf.epoch = c.phase, c.step, c.epoch
+		c.snapshot(&nf)
 		return &nf, handled, ""
 	}
 	return f, handled, "The job " + status + "."
+}
+
+// stepWords says where training was: "at step 1000 (epoch 2)" for a
+// training step, "at batch 29/50 of epoch 3" for a position within the
+// epoch.
+func stepWords(v *Verdict) string {
+	if v.StepKind == StepInEpoch {
+		s := "at batch " + itoa(*v.Step)
+		if v.StepTotal != nil {
+			s += "/" + itoa(*v.StepTotal)
+		}
+		if v.Epoch != nil {
+			s += " of epoch " + itoa(*v.Epoch)
+		}
+		return s
+	}
+	s := "at step " + itoa(*v.Step)
+	if v.Epoch != nil {
+		s += " (epoch " + itoa(*v.Epoch) + ")"
+	}
+	return s
 }
 
 // where describes the position of a failure: "during validation at step
@@ -153,11 +185,7 @@ func where(v *Verdict) string {
 		parts = append(parts, "during training")
 	}
 	if v.Step != nil {
-		s := "at step " + itoa(*v.Step)
-		if v.Epoch != nil {
-			s += " (epoch " + itoa(*v.Epoch) + ")"
-		}
-		parts = append(parts, s)
+		parts = append(parts, stepWords(v))
 	} else if v.Epoch != nil {
 		parts = append(parts, "in epoch "+itoa(*v.Epoch))
 	}
@@ -257,7 +285,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 			}
 		}
 		if v.Step != nil {
-			s += ", at step " + itoa(*v.Step)
+			s += ", " + stepWords(v)
 		}
 		d = append(d, sentence(s))
 	}

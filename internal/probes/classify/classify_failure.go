@@ -20,11 +20,11 @@ const (
 )
 
 func memFailure(k Kind, reason, family string) failure {
-	return failure{kind: k, class: classMemory, reason: reason, family: family, rank: -1, step: -1, epoch: -1}
+	return failure{kind: k, class: classMemory, reason: reason, family: family, rank: -1, st: noStep, epoch: -1}
 }
 
 func crashFailure(class int, reason, family string) failure {
-	return failure{kind: KindCrash, class: class, reason: reason, family: family, rank: -1, step: -1, epoch: -1}
+	return failure{kind: KindCrash, class: class, reason: reason, family: family, rank: -1, st: noStep, epoch: -1}
 }
 
 // gpuOOM starts a gpu_oom candidate with an OOM of the given format, the

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gpuguard/gpuguard/internal/lines"
 )
@@ -25,6 +26,9 @@ func checkBounded(t *testing.T, c *Classifier) {
 	}
 	if cap(c.buf) > 2*lines.DefaultMax+64 {
 		t.Fatalf("frame buffer of %d bytes", cap(c.buf))
+	}
+	if len(c.stText) > maxStepText {
+		t.Fatalf("step text of %d bytes", len(c.stText))
 	}
 	if f := c.cur; f != nil && (len(f.text) > maxText+8 || len(f.detail) > maxDetail) {
 		t.Fatalf("failure text %d bytes, detail %d bytes", len(f.text), len(f.detail))
@@ -109,6 +113,15 @@ func FuzzClassifier(f *testing.F) {
 					t.Fatalf("negative size in %+v", o)
 				}
 			}
+		}
+		if whole.StepLine != split.StepLine || fmtPtr(whole.Step) != fmtPtr(split.Step) || whole.StepKind != split.StepKind {
+			t.Fatalf("cut at %d changes the step: %s %q at line %d vs %s %q at line %d", k, fmtPtr(whole.Step), whole.StepKind, whole.StepLine, fmtPtr(split.Step), split.StepKind, split.StepLine)
+		}
+		switch {
+		case v.Step == nil && (v.StepKind != StepNone || v.StepLine != 0 || v.StepText != "" || v.StepTotal != nil),
+			v.Step != nil && (v.StepKind != StepGlobal && v.StepKind != StepInEpoch || v.StepLine < 1 || v.StepLine > nl || *v.Step < 0),
+			len(v.StepText) > maxStepText || !utf8.ValidString(v.StepText):
+			t.Fatalf("step %s kind %q line %d text %q", fmtPtr(v.Step), v.StepKind, v.StepLine, v.StepText)
 		}
 		if _, err := json.Marshal(v); err != nil {
 			t.Fatal(err)

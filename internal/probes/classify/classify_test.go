@@ -464,7 +464,7 @@ func TestPhases(t *testing.T) {
 		{name: "detectron2 file format", log: "[01/01 00:00:00] d2.engine.train_loop INFO: Starting training from iteration 0\n[01/01 00:10:00] d2.evaluation.evaluator INFO: Start inference on 500 batches\n",
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}}, step: 0, epoch: -1},
 		{name: "plain prints", log: "[train] step 10 loss 1.0\n[val] step 10 acc 0.5\nValidating...\nEvaluating on dev set\nTraining: 0it\n",
-			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}, {5, PhaseTrain}}, step: -1, epoch: -1},
+			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}, {5, PhaseTrain}}, step: 10, epoch: -1},
 		{name: "ImageNet example", log: "Epoch: [0][  10/5005]\tTime  0.5\nTest: [ 10/196]\tTime  0.1\n",
 			marks: []mark{{1, PhaseTrain}, {2, PhaseVal}}, step: 10, epoch: 0},
 		{name: "plain step prints with explicit markers", log: "gpuguard: phase=train\nstep 10/100 loss=2.31 crop=224\ngpuguard: phase=val\nValidating at step 10: 500 images\nval step=10 loss=2.2 acc=0.41\ngpuguard: phase=train\nstep 11/100 loss=2.29 crop=224\n",
@@ -676,7 +676,7 @@ func TestEvents(t *testing.T) {
 	_, evs := classifyEvents(t, log)
 	want := []Event{
 		{Type: EventPhase, Line: 1, Rank: -1, Phase: PhaseTrain},
-		{Type: EventStep, Line: 1, Rank: -1, Step: 10, Epoch: 0},
+		{Type: EventStep, Line: 1, Rank: -1, Step: 10, Epoch: 0, StepKind: StepInEpoch},
 		{Type: EventPhase, Line: 3, Rank: -1, Phase: PhaseVal},
 		{Type: EventFailure, Line: 4, Rank: -1, Kind: KindGPUOOM},
 	}

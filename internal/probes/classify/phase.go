@@ -47,17 +47,50 @@ func init() {
 // phaseHit is what a phase detector found on a line.
 type phaseHit struct {
 	phase    Phase
-	done     bool  // the line ends (or reports the results of) a validation
-	combined bool  // a Lightning "Epoch N:" bar, which also counts validation batches
-	explicit bool  // a "gpuguard: phase=" line
-	epoch    int64 // -1: not printed
-	step     int64 // training step or iteration, -1: not printed
-	cur, tot int64 // the line's progress counter (i/N), -1: none
-	nan      bool  // the line reports a NaN or infinite loss
+	done     bool   // the line ends (or reports the results of) a validation
+	combined bool   // a Lightning "Epoch N:" bar, which also counts validation batches
+	explicit bool   // a "gpuguard: phase=" line
+	nan      bool   // the line reports a NaN or infinite loss
+	banner   bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
+	kind     kindID // the kind of step
+	epoch    int64  // -1: not printed
+	cur, tot int64  // the line's progress counter (i/N), -1: none
+
+	// The step the line shows, of the kind kind, and the M of its "N/M"
+	// (-1: none). Set with global and inEpoch.
+	step    int64
+	stepTot int64
 }
 
+// kindID is a StepKind inside the classifier (a byte, not a string).
+type kindID uint8
+
+const (
+	kindNone kindID = iota
+	kindGlobal
+	kindInEpoch
+)
+
+var stepKinds = [...]StepKind{kindNone: StepNone, kindGlobal: StepGlobal, kindInEpoch: StepInEpoch}
+
 func newPhaseHit(p Phase) phaseHit {
-	return phaseHit{phase: p, epoch: -1, step: -1, cur: -1, tot: -1}
+	return phaseHit{phase: p, epoch: -1, step: -1, stepTot: -1, cur: -1, tot: -1}
+}
+
+// global records the job's training step v (of tot, -1: not printed). It
+// replaces a position within the epoch read before on the same line.
+func (r *phaseHit) global(v, tot int64) {
+	if v >= 0 {
+		r.step, r.stepTot, r.kind = v, tot, kindGlobal
+	}
+}
+
+// inEpoch records the position v of tot within the epoch, unless the line
+// already showed a training step.
+func (r *phaseHit) inEpoch(v, tot int64) {
+	if v >= 0 && r.kind != kindGlobal {
+		r.step, r.stepTot, r.kind = v, tot, kindInEpoch
+	}
 }
 
 // userPattern is a policy's phase pattern, with a literal that every match
@@ -258,23 +291,6 @@ func wordInt(b []byte, key string) (int64, bool) {
 	return v, true
 }
 
-// globalStep reads a training-step counter that frameworks print as a named
-// field: fairseq's num_updates, Lightning/NeMo's global_step, DeepSpeed's
-// step=.
-func globalStep(b []byte, h *hitSet) int64 {
-	if h.has(kwNumUpdates) {
-		if v, ok := wordInt(b, "num_updates"); ok {
-			return v
-		}
-	}
-	if h.has(kwStep) {
-		if v, ok := wordInt(b, "global_step"); ok {
-			return v
-		}
-	}
-	return -1
-}
-
 // detectPhase runs the built-in detectors on one line (after its prefixes).
 // t is the line, tl the line without leading spaces.
 func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
@@ -332,7 +348,7 @@ func explicitPhase(t []byte, r *phaseHit) bool {
 	}
 	r.explicit = true
 	if v, ok := wordInt(rest, "step="); ok {
-		r.step = v
+		r.global(v, -1)
 	}
 	if v, ok := wordInt(rest, "epoch="); ok {
 		r.epoch = v
@@ -359,7 +375,9 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		case bHas(t, "valid on '") || bHas(t, "valid on \""):
 			// fairseq: "| epoch 001 | valid on 'valid' subset | valid_loss 9.31 ..."
 			r.epoch, _ = wordInt(t, "epoch")
-			r.step = globalStep(t, h)
+			if v, ok := globalField(t, h); ok {
+				r.global(v, -1) // "| num_updates 1000"
+			}
 			r.done = bHas(t, "valid_loss") || bHas(t, "| loss ")
 			return true
 		case bHas(t, "begin validation on"):
@@ -461,14 +479,23 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	}
 	if h.has(kwIter) {
 		if i := bIndex(t, "Iter(train)"); h.has(kwParenTrain) && i >= 0 {
+			// MMEngine's iteration-based loop: "Iter(train) [  50/1000]"
 			r.cur, r.tot, _ = barCounter(t, i)
-			r.step = r.cur
+			r.global(r.cur, r.tot)
 			return true
 		}
 		if i := bIndex(t, "d2.utils.events"); i >= 0 {
 			// "d2.utils.events]:  eta: 0:42:10  iter: 19  total_loss: 2.118"
 			if v, ok := wordInt(t[i:], "iter:"); ok {
-				r.step = v
+				r.global(v, -1)
+				return true
+			}
+		}
+		if i := bIndex(t, "Iter ["); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '\t') {
+			// mmcv 1.x's iteration-based runner: "Iter [250/2930]\tlr: ..."
+			if c, n, ok := barCounter(t, i); ok {
+				r.cur, r.tot = c, n
+				r.global(c, n)
 				return true
 			}
 		}
@@ -476,15 +503,17 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwTrain) {
 		switch {
 		case bHas(t, "Starting training from iteration"):
-			r.step, _ = wordInt(t, "iteration")
+			v, _ := wordInt(t, "iteration")
+			r.global(v, -1)
 			return true
 		case bHasPrefix(tl, "Training epoch "):
-			// NeMo 2: "Training epoch 0, iteration 496/1999 | ... | global_step: 496"
+			// NeMo 2: "Training epoch 0, iteration 496/1999 | ... | global_step: 496";
+			// the iteration counts within the epoch.
 			r.epoch, _ = wordInt(tl, "epoch")
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			r.step = r.cur
-			if g := globalStep(t, h); g >= 0 {
-				r.step = g
+			r.inEpoch(r.cur, r.tot)
+			if v, ok := globalField(t, h); ok {
+				r.global(v, -1)
 			}
 			return true
 		case bHasPrefix(tl, "Starting training"), bHasPrefix(tl, "Start training"), bHasPrefix(tl, "Running training"),
@@ -495,45 +524,101 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			return true
 		case bHasPrefix(tl, "[train"):
+			// "[train] step 10/100 loss=2.31"
+			if v, tot, key := namedStep(t, h); key != keyNone {
+				r.global(v, tot)
+			}
+			r.epoch = namedEpoch(t, h)
+			r.nan = h.has(kwNaN) && nanLoss(t)
 			return true
 		case bHasPrefix(tl, "Train: "):
 			// timm: "Train: 3 [ 100/1251 (  8%)]  Loss: ..."
 			r.epoch, _ = wordInt(tl, "Train:")
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			r.step = r.cur
+			r.inEpoch(r.cur, r.tot)
 			return true
 		case bHas(t, "train/loss"):
 			// "train/loss/con 0.11 / train/loss/dyn 4.87" style metric lines
-			r.step = globalStep(t, h)
+			if v, tot, key := namedStep(t, h); key != keyNone {
+				r.global(v, tot)
+			}
 			return true
 		}
-	}
-	if h.has(kwStep) || h.has(kwIter) {
-		// Plain prints of custom loops: "step 120/5000 loss=2.31",
-		// "Step 120 | loss 2.31", "iter 120/5000: loss 2.31".
-		if v, ok := leadingCounter(tl); ok {
-			r.step = v
-			r.nan = h.has(kwNaN) && nanLoss(t)
-			return true
-		}
-	}
-	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
-		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}"
-		r.nan = h.has(kwNaN) && nanLoss(t)
-		return true
 	}
 	if h.has(kwSkipped) {
 		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
 		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
-			r.step = v
+			r.global(v, -1)
 			return true
 		}
+	}
+	if h.has(kwStep) {
+		if bHasPrefix(tl, "Steps:") {
+			// diffusers' and Accelerate scripts' bar over the run's
+			// optimization steps: "Steps:  12%|█▏ | 120/1000 [01:23<10:00, 1.4it/s, loss=0.1]"
+			if c, n, ok := barCounter(tl, 0); ok {
+				r.cur, r.tot = c, n
+				r.global(c, n)
+				r.nan = h.has(kwNaN) && nanLoss(t)
+				return true
+			}
+		}
+		if v, ok := optimizationSteps(t, h); ok {
+			// Hugging Face's and Accelerate's banner: the total of the
+			// run's training bar, which counts optimization steps.
+			*r = newPhaseHit(PhaseNone)
+			r.banner, r.tot = true, v
+			return true
+		}
+	}
+	if h.has(kwStep) || h.has(kwIter) {
+		if v, tot, key := namedStep(t, h); key != keyNone {
+			switch {
+			case tot >= 0 || lossNumber(t):
+				// A training progress line: "step 120/500 loss=2.31",
+				// "INFO:__main__:step 120/500 loss=2.31", "Step 120 | loss 2.31",
+				// "iter 100: loss 2.34", "step 8 | epoch 0 | loss 0.78",
+				// Megatron's "iteration      100/  500000 | ... | lm loss: 7.1E+00 |".
+				r.global(v, tot)
+				r.epoch = namedEpoch(t, h)
+				r.nan = h.has(kwNaN) && nanLoss(t)
+				if !startsWithStep(tl) && mentionsEval(t) {
+					// "validation loss at iteration 1000 | lm loss value: 4.2",
+					// "val step=10 loss=2.2": the training step, not a training line.
+					r.phase = PhaseNone
+				}
+				return true
+			case key == keyGlobalStep && (bHas(t, "/global_step=") || bHas(t, "Continuing training from global step")):
+				// DeepSpeed's throughput line "epoch=0/micro_step=240/global_step=120, RunningAvgSamplesPerSec=...",
+				// Hugging Face's "Continuing training from global step 500".
+				*r = newPhaseHit(PhaseNone)
+				r.global(v, -1)
+				return true
+			}
+		}
+	}
+	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
+		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}";
+		// with the step where the job logs it ("'step': 40").
+		if h.has(kwStep) {
+			if v, tot, key := namedStep(t, h); key >= keyStep {
+				r.global(v, tot)
+			}
+		}
+		r.nan = h.has(kwNaN) && nanLoss(t)
+		return true
 	}
 	if h.has(kwOverflow) && bHas(t, "Skipping step") {
 		// DeepSpeed fp16 loss scaling: "OVERFLOW! Rank 0 Skipping step."
 		return true
 	}
 	return false
+}
+
+// startsWithStep says whether tl starts with a step or iteration counter
+// ("step 100: train loss 2.3, val loss 2.4" is nanoGPT's training line).
+func startsWithStep(tl []byte) bool {
+	return len(tl) >= 4 && (eqFoldASCII(tl[:4], "step") || eqFoldASCII(tl[:4], "iter"))
 }
 
 // detectEpochLine handles the many "Epoch ..." forms.
@@ -549,7 +634,8 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		if i := bIndex(t, "Epoch(train)"); i >= 0 {
 			// MMEngine: "Epoch(train)  [2][3150/7329]  lr: ..."
 			if e, c, n, ok := bracketEpochIter(t[i+len("Epoch(train)"):]); ok {
-				r.epoch, r.cur, r.tot, r.step = e, c, n, c
+				r.epoch, r.cur, r.tot = e, c, n
+				r.inEpoch(c, n)
 			}
 			return true
 		}
@@ -557,7 +643,7 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			// catalyst: "3/25 * Epoch (train): 100% 118/118"
 			r.epoch = leadingInt(tl)
 			r.cur, r.tot, _ = barCounter(t, i)
-			r.step = r.cur
+			r.inEpoch(r.cur, r.tot)
 			return true
 		}
 	}
@@ -579,7 +665,7 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 				continue
 			}
 		}
-		if epochForm(t[i+len("Epoch"):], t, r) {
+		if epochForm(t[i+len("Epoch"):], t, h, r) {
 			return true
 		}
 	}
@@ -599,10 +685,11 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		if colon {
 			r.epoch = v
 			if c, tot, ok := barCounter(rest, n+1); ok {
-				r.cur, r.tot, r.step = c, tot, c
+				r.cur, r.tot = c, tot
+				r.inEpoch(c, tot)
 			}
-			if g := globalStep(t, h); g >= 0 {
-				r.step = g
+			if v, ok := globalField(t, h); ok {
+				r.global(v, -1) // num_updates
 			}
 			return true
 		}
@@ -612,11 +699,12 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 
 // epochForm parses what follows the word "Epoch" (rest); t is the whole line
 // and r the hit to fill in.
-func epochForm(rest, t []byte, r *phaseHit) bool {
+func epochForm(rest, t []byte, h *hitSet, r *phaseHit) bool {
 	if len(rest) > 0 && rest[0] == ':' {
 		// "Epoch: [3][2417/5005]" (ImageNet example, torch7)
 		if e, c, n, ok := bracketEpochIter(rest[1:]); ok {
-			r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			r.epoch, r.cur, r.tot = e, c, n
+			r.inEpoch(c, n)
 			return true
 		}
 		return false
@@ -631,15 +719,17 @@ func epochForm(rest, t []byte, r *phaseHit) bool {
 	if rest[0] == '[' {
 		if e, c, n, ok := bracketEpochIter(rest); ok && c >= 0 {
 			// mmcv 1.x: "Epoch [7][250/2930]   lr: ..."
-			r.epoch, r.cur, r.tot, r.step = e, c, n, c
+			r.epoch, r.cur, r.tot = e, c, n
+			r.inEpoch(c, n)
 			return true
 		}
 		if c, _, ok := barCounter(rest, 0); ok {
-			// "Epoch [1/10], Step [100/600], Loss: ..." tutorials
+			// "Epoch [1/10], Step [100/600], Loss: ..." tutorials: the
+			// step is the batch index within the epoch (of len(loader)).
 			r.epoch = c
 			if i := bIndex(t, "Step ["); i >= 0 {
-				if sc, _, ok := barCounter(t, i); ok {
-					r.step = sc
+				if sc, sn, ok := barCounter(t, i); ok {
+					r.inEpoch(sc, sn)
 				}
 			}
 			return true
@@ -654,28 +744,64 @@ func epochForm(rest, t []byte, r *phaseHit) bool {
 	after := rest[n:]
 	switch {
 	case len(after) > 0 && after[0] == ':':
-		// Lightning: "Epoch 3:  45%|####  | 123/456 [00:12<00:30, ...]"
+		// Lightning: "Epoch 3:  45%|####  | 123/456 [00:12<00:30, ...]":
+		// the batch within the epoch, and the training step where the
+		// bar's metrics show it (NeMo's "global_step=794.0", a logged
+		// "step=1200", a script's own "[step 100, loss=0.12]").
 		a := trimSpaceLeft(after[1:])
 		if len(a) == 0 || !(asciiDigit(a[0]) || a[0] == '|') {
 			return false
 		}
 		r.combined = true
 		r.cur, r.tot, _ = barCounter(a, 0)
-		r.step = r.cur
-		return true
-	case len(after) > 0 && after[0] == '/':
-		// Keras and custom loops: "Epoch 3/10"
-		return true
-	case bHasPrefix(after, " | iter "):
-		// litgpt: "Epoch 1 | iter 142 step 142 | loss train: 2.417"
-		if v, ok := wordInt(after, "step"); ok {
-			r.step = v
-		} else if v, ok := wordInt(after, "iter"); ok {
-			r.step = v
+		r.inEpoch(r.cur, r.tot)
+		if s, st, key := namedStep(a, h); key != keyNone {
+			r.global(s, st)
 		}
 		return true
+	case len(after) > 0 && after[0] == '/':
+		// Keras and custom loops: "Epoch 3/10"; custom loops print the
+		// training step on it ("Epoch 3/10 step 120/500 loss=2.31"),
+		// Lightning's rich bar the batch within the epoch ("Epoch 3/9
+		// ━━━━━━━━━━ 123/456 0:00:12 • 0:00:30 4.51it/s v_num: 3").
+		_, m, _ := scanInt(after[1:])
+		a := after[1+m:]
+		if s, st, key := namedStep(a, h); key != keyNone {
+			r.global(s, st)
+		} else if barGlyph(a) {
+			r.cur, r.tot, _ = barCounter(a, 0)
+			r.inEpoch(r.cur, r.tot)
+		}
+		return true
+	case len(after) > 0 && after[0] == ',':
+		// Lightning's checkpoint callback: "Epoch 0, global step 499:
+		// 'val_loss' reached 0.52 (best 0.52), saving model to ..." after a
+		// validation or at an epoch's end: a step, not a phase.
+		if s, ok := globalField(after, h); ok {
+			r.phase = PhaseNone
+			r.global(s, -1)
+			return true
+		}
+	case bHasPrefix(after, " | iter "):
+		// litgpt: "Epoch 1 | iter 142 step 142 | loss train: 2.417"
+		if s, st, key := namedStep(after, h); key != keyNone {
+			r.global(s, st)
+		}
+		return true
+	case barGlyph(after):
+		// Lightning's rich bar without max_epochs: "Epoch 3 ━━━━━━ 123/456 ..."
+		r.cur, r.tot, _ = barCounter(after, 0)
+		r.inEpoch(r.cur, r.tot)
+		return r.cur >= 0
 	}
 	return false
+}
+
+// barGlyph says whether b starts (after spaces) with a bar drawn in box or
+// block characters (rich's "━", tqdm's "█"), not in ASCII.
+func barGlyph(b []byte) bool {
+	b = trimSpaceLeft(b)
+	return len(b) > 0 && b[0] >= 0x80
 }
 
 // detectAnchored recognises lines by their shape at the start, with no
@@ -699,7 +825,8 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 			// Keras: "123/456 [=====>....] - ETA: 10s - loss: 0.3"
 			if len(rest) > 2 && (rest[2] == '=' || rest[2] == '>' || rest[2] == '.') {
 				*r = newPhaseHit(PhaseTrain)
-				r.cur, r.tot, r.step = e, tot, e
+				r.cur, r.tot = e, tot
+				r.inEpoch(e, tot)
 				r.nan = h.has(kwNaN) && nanLoss(tl)
 				return true
 			}
@@ -721,11 +848,10 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 		r.epoch = e
 		if j := bytes.IndexByte(s, '|'); j >= 0 {
 			r.cur, r.tot, _ = barCounter(s, j)
-			r.step = r.cur
 		} else if j := bytes.IndexByte(s, '%'); j >= 0 {
 			r.cur, r.tot, _ = barCounter(s, j)
-			r.step = r.cur
 		}
+		r.inEpoch(r.cur, r.tot)
 		return true
 	}
 	if tl[0] == 'a' && bHasPrefix(tl, "all ") {
@@ -742,37 +868,6 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 		}
 	}
 	return false
-}
-
-// leadingCounter reads "step N", "Step N", "iter N", "Iteration N" (then
-// ":", "=", "/" or a space) at the start of a line that reports a loss or a
-// counter "N/M".
-func leadingCounter(tl []byte) (int64, bool) {
-	if len(tl) == 0 || tl[0]|0x20 != 's' && tl[0]|0x20 != 'i' {
-		return -1, false
-	}
-	var rest []byte
-	for _, w := range [...]string{"step", "Step", "STEP", "iter", "Iter", "iteration", "Iteration"} {
-		if bHasPrefix(tl, w) {
-			rest = tl[len(w):]
-			if bHasPrefix(rest, "ation") {
-				continue // matched "iter" of "iteration": try the longer word
-			}
-			break
-		}
-	}
-	if rest == nil || len(rest) == 0 || !(rest[0] == ' ' || rest[0] == ':' || rest[0] == '=') {
-		return -1, false
-	}
-	rest = trimSpaceLeft(rest[1:])
-	if len(rest) == 0 || !asciiDigit(rest[0]) {
-		return -1, false
-	}
-	v, n, _ := scanInt(rest)
-	if n < len(rest) && rest[n] == '/' || indexFoldASCII(rest[n:], "loss") >= 0 {
-		return v, true
-	}
-	return -1, false
 }
 
 // leadingInt reads the integer at the start of b (catalyst's "3/25 * Epoch"),

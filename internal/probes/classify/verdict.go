@@ -68,9 +68,20 @@ type Verdict struct {
 	Host   string `json:"host,omitempty"`   // host of the failing rank, where shown
 	Line   int    `json:"line"`             // 1-based '\n' line of the failure; 0 when none
 	Text   string `json:"text,omitempty"`   // the failure line, ANSI stripped, bounded
-	Step   *int64 `json:"step"`             // last training step seen
-	Epoch  *int64 `json:"epoch"`            // last epoch seen
+	Step   *int64 `json:"step"`             // training step at the failure, or the last one seen (see StepKind)
+	Epoch  *int64 `json:"epoch"`            // epoch at the failure, or the last one seen
 	OOM    *OOM   `json:"oom"`
+
+	// Where Step comes from. StepKind says what kind of counter it is: a
+	// training step counted over the whole run (StepGlobal) whenever the
+	// output printed one, else a position within the epoch (StepInEpoch),
+	// which only means something together with Epoch. StepTotal is the M of
+	// "N/M" printed beside it (nil when none). StepLine is the 1-based line
+	// it was read from and StepText that line, ANSI stripped and bounded.
+	StepKind  StepKind `json:"step_kind,omitempty"`
+	StepTotal *int64   `json:"step_total,omitempty"`
+	StepLine  int      `json:"step_line,omitempty"`
+	StepText  string   `json:"step_text,omitempty"`
 
 	// Fragmentation: memory reserved by the allocator but unallocated is large
 	// against the request (the rule is documented on the classifier).
@@ -81,6 +92,120 @@ type Verdict struct {
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
 	Suggestions []string    `json:"suggestions"`
+}
+
+// StepKind is the kind of counter a step is. Steps of different kinds are
+// not compared: a bar's batch 29 of epoch 3 says nothing about training step
+// 100. The string values are a contract (verdicts in JSON).
+type StepKind string
+
+const (
+	StepNone StepKind = ""
+	// StepGlobal: the job's training step, counted over the whole run: a
+	// global step, an iteration, an optimizer update (global_step,
+	// num_updates, "step N/M", "iteration N/ M", DeepSpeed's step=, a
+	// training bar whose total is the run's total optimization steps). A
+	// checkpoint named by step counts the same way.
+	StepGlobal StepKind = "global"
+	// StepInEpoch: a position within an epoch, that starts again at each
+	// epoch: a per-epoch progress bar's batch index (Lightning's "Epoch 3:
+	// ... 29/50", Keras, Ultralytics), "Epoch [e][i/N]" lines. It is only
+	// progress together with the epoch.
+	StepInEpoch StepKind = "in_epoch"
+)
+
+// Position is a point in training as a job's output shows it. Step, Total
+// and Epoch are -1 where not printed.
+type Position struct {
+	Kind  StepKind
+	Step  int64
+	Total int64 // M of the "N/M" printed with Step
+	Epoch int64
+}
+
+// GlobalStep is the position of training step s (a checkpoint's step).
+func GlobalStep(s int64) Position {
+	return Position{Kind: StepGlobal, Step: s, Total: -1, Epoch: -1}
+}
+
+// Position is where the verdict places training: Step with its kind and
+// total, and Epoch.
+func (v Verdict) Position() Position {
+	p := Position{Kind: v.StepKind, Step: -1, Total: -1, Epoch: -1}
+	if v.Step != nil {
+		p.Step = *v.Step
+	} else {
+		p.Kind = StepNone
+	}
+	if v.StepTotal != nil {
+		p.Total = *v.StepTotal
+	}
+	if v.Epoch != nil {
+		p.Epoch = *v.Epoch
+	}
+	return p
+}
+
+// Cmp says whether p is further in training than q (+1), at the same point
+// (0) or behind it (-1). ok is false when the two cannot be compared, which
+// is never to be read as "no progress":
+//
+//   - two global steps compare as numbers, whatever the epochs;
+//   - otherwise two different known epochs decide;
+//   - two positions within the same epoch (or both without an epoch)
+//     compare as numbers, or as fractions of their totals when both totals
+//     are printed and differ (a smaller batch makes more batches per epoch);
+//   - two positions that show only the same epoch are at the same point;
+//   - anything else (a global step against a position within an epoch, an
+//     epoch against none) cannot be compared.
+func (p Position) Cmp(q Position) (c int, ok bool) {
+	if p.Kind == StepNone || p.Step < 0 {
+		p.Kind, p.Step = StepNone, -1
+	}
+	if q.Kind == StepNone || q.Step < 0 {
+		q.Kind, q.Step = StepNone, -1
+	}
+	if p.Kind == StepGlobal && q.Kind == StepGlobal {
+		return cmpInt(p.Step, q.Step), true
+	}
+	if p.Epoch >= 0 && q.Epoch >= 0 && p.Epoch != q.Epoch {
+		return cmpInt(p.Epoch, q.Epoch), true
+	}
+	if (p.Epoch >= 0) != (q.Epoch >= 0) || p.Kind != q.Kind {
+		return 0, false
+	}
+	switch p.Kind {
+	case StepNone:
+		return 0, p.Epoch >= 0 // the same epoch; nothing at all is not a position
+	case StepInEpoch:
+		if p.Total > 0 && q.Total > 0 && p.Total != q.Total {
+			// p.Step/p.Total against q.Step/q.Total, without division;
+			// float64 so that large counters cannot overflow.
+			return cmpFloat(float64(p.Step)*float64(q.Total), float64(q.Step)*float64(p.Total)), true
+		}
+		return cmpInt(p.Step, q.Step), true
+	}
+	return 0, false
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a > b:
+		return 1
+	case a < b:
+		return -1
+	}
+	return 0
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a > b:
+		return 1
+	case a < b:
+		return -1
+	}
+	return 0
 }
 
 // Exit describes how a job's process ended, as the supervisor saw it. It is
@@ -97,14 +222,15 @@ type Exit struct {
 // supervisor as it happens (to speed up sampling in validation, to count
 // steps, to start the OOM grace period).
 type Event struct {
-	Type  EventType
-	Line  int
-	Rank  int    // the rank the line names (for a failure: the failing rank), -1 when none
-	Phase Phase  // for EventPhase
-	Step  int64  // for EventStep
-	Epoch int64  // for EventStep, when printed (-1 otherwise)
-	Kind  Kind   // for EventFailure
-	Text  string // for EventFailure: the line
+	Type     EventType
+	Line     int
+	Rank     int      // the rank the line names (for a failure: the failing rank), -1 when none
+	Phase    Phase    // for EventPhase
+	Step     int64    // for EventStep: the step the line printed, -1 when it printed only an epoch
+	Epoch    int64    // for EventStep: the epoch in effect (-1 when none was printed yet)
+	StepKind StepKind // for EventStep: the kind of counter Step is; compare steps of one kind only
+	Kind     Kind     // for EventFailure
+	Text     string   // for EventFailure: the line
 }
 
 type EventType uint8
