@@ -26,9 +26,10 @@ type Outcome struct {
 	Exit    classify.Exit
 	Attempt int // 1-based number of the attempt that ended
 	// StartStep is the training step of the checkpoint the attempt resumed
-	// from (nil: started from scratch or unknown); LastStep is the last step
-	// it printed (nil: none seen).
-	StartStep, LastStep *int64
+	// from (nil: started from scratch or unknown). How far the attempt got
+	// is the verdict's (Verdict.Position: the step, its kind, the line it
+	// was read from).
+	StartStep *int64
 	// Peaks is the highest fraction of GPU memory in use per phase during
 	// the attempt; a missing phase or 0 means unknown.
 	Peaks map[classify.Phase]float64
@@ -187,9 +188,18 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		d.Reason = fmt.Sprintf("%s; budget for %s exhausted (%d/%d)", what, kind, st.ByKind[kind], limit)
 		return d
 	}
-	noProgress := out.StartStep != nil && out.LastStep != nil && *out.LastStep <= *out.StartStep
+	// Progress compares like with like: a checkpoint's step is a training
+	// step, comparable with a training step the job printed, never with a
+	// progress bar's position within an epoch (Cmp says it cannot tell).
+	noProgress := false
+	v := out.Verdict
+	if out.StartStep != nil && v.Step != nil {
+		c, ok := v.Position().Cmp(classify.GlobalStep(*out.StartStep))
+		noProgress = ok && c <= 0
+	}
 	if noProgress && st.NoProgress >= p.budget.noProgress {
-		d.Reason = fmt.Sprintf("%s; attempt %d resumed from step %d and got no further, and the no-progress budget is exhausted (%d/%d)", what, out.Attempt, *out.StartStep, st.NoProgress, p.budget.noProgress)
+		d.Reason = fmt.Sprintf("%s; attempt %d resumed from step %d and got no further (step %d, read at line %d: %q), and the no-progress budget is exhausted (%d/%d)",
+			what, out.Attempt, *out.StartStep, *v.Step, v.StepLine, v.StepText, st.NoProgress, p.budget.noProgress)
 		return d
 	}
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -303,19 +304,33 @@ budget: {relaunches: 4, per_kind: {gpu_oom: 2}, no_progress: 1, crash: 1}
 		{"crash budget exhausted", func(s State) State { s.Relaunches, s.ByKind[classify.KindCrash] = 1, 1; return s },
 			Outcome{Attempt: 2, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindCrash}}, GiveUp,
 			"attempt 2: crash in an unknown phase; budget for crash exhausted (1/1)"},
-		{"no progress counted", nil, func() Outcome { o := oom("train"); o.StartStep, o.LastStep = step(500), step(500); return o }(), Relaunch,
+		{"no progress counted", nil, func() Outcome { o := oom("train"); o.StartStep = step(500); atStep(&o, 500); return o }(), Relaunch,
 			"attempt 1: gpu_oom in train matched rule r (step 1 of 1); relaunch 1 of 4, gpu_oom 1 of 2, no progress 1 of 1"},
 		{"no progress exhausted", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
 			func() Outcome {
 				o := oom("train")
-				o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(480)
+				o.Attempt, o.StartStep = 2, step(500)
+				atStep(&o, 480)
 				return o
 			}(), GiveUp,
-			"attempt 2: gpu_oom in train; attempt 2 resumed from step 500 and got no further, and the no-progress budget is exhausted (1/1)"},
+			"attempt 2: gpu_oom in train; attempt 2 resumed from step 500 and got no further (step 480, read at line 7: \"step 480/1000 loss=2.1\"), and the no-progress budget is exhausted (1/1)"},
 		{"progress is fine", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
 			func() Outcome {
 				o := oom("train")
-				o.Attempt, o.StartStep, o.LastStep = 2, step(500), step(501)
+				o.Attempt, o.StartStep = 2, step(500)
+				atStep(&o, 501)
+				return o
+			}(), Relaunch,
+			"attempt 2: gpu_oom in train matched rule r (step 1 of 1); relaunch 2 of 4, gpu_oom 1 of 2"},
+		// A progress bar's batch within an epoch is not a training step:
+		// batch 29 of an epoch after resuming from step 100 is no evidence
+		// either way (issue 12: such a run was given up while it trained).
+		{"a bar position is not compared with a checkpoint's step", func(s State) State { s.Relaunches, s.NoProgress = 1, 1; return s },
+			func() Outcome {
+				o := oom("train")
+				o.Attempt, o.StartStep = 2, step(100)
+				atStep(&o, 29)
+				o.Verdict.StepKind, o.Verdict.Epoch = classify.StepInEpoch, step(3)
 				return o
 			}(), Relaunch,
 			"attempt 2: gpu_oom in train matched rule r (step 1 of 1); relaunch 2 of 4, gpu_oom 1 of 2"},
@@ -469,4 +484,10 @@ rules:
 	if d.Verb != GiveUp || d.Reason != want {
 		t.Errorf("third firing: %s %q", d.Verb, d.Reason)
 	}
+}
+
+// atStep sets the verdict's step: a training step the job printed on line 7.
+func atStep(o *Outcome, n int64) {
+	o.Verdict.Step, o.Verdict.StepKind = &n, classify.StepGlobal
+	o.Verdict.StepLine, o.Verdict.StepText = 7, fmt.Sprintf("step %d/1000 loss=2.1", n)
 }

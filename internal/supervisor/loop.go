@@ -212,7 +212,6 @@ func (l *loop) attempts() int {
 			Exit:       classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
 			Attempt:    n,
 			StartStep:  startStep,
-			LastStep:   v.Step,
 			Peaks:      row.peaks(),
 			Terminated: terminated,
 			Rand:       rand.Float64(),

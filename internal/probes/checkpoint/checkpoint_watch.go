@@ -98,13 +98,13 @@ type ckptEntry struct {
 	// place); wrote: when it last saw the path itself written (zero: not
 	// since it appeared). A path that appeared and was never written was
 	// placed whole, as atomic writers place a file.
-	created bool
-	wrote   time.Time
-	hasPrev   bool
-	prevSize  int64
-	prevMod   time.Time
-	gone      bool // no longer matched (deleted or renamed away)
-	reported  bool // its completion was sent (or predates the watch)
+	created  bool
+	wrote    time.Time
+	hasPrev  bool
+	prevSize int64
+	prevMod  time.Time
+	gone     bool // no longer matched (deleted or renamed away)
+	reported bool // its completion was sent (or predates the watch)
 }
 
 // ckptWatchOpts are test-only knobs.
