@@ -249,8 +249,11 @@ type gpuguardProc struct {
 	errb   *syncBuffer
 	stdin  *os.File // write end of its stdin, nil when stdin is a terminal
 	master *os.File // its terminal, when started on one
-	done   chan struct{}
-	runDir string
+	// termios is the terminal's mode before gpuguard started, when started
+	// on one (read then: gpuguard may change it as soon as it runs).
+	termios *unix.Termios
+	done    chan struct{}
+	runDir  string
 }
 
 // startGpuguard runs gpuguard with --pty mode. With onTerm, its stdin, stdout
@@ -271,6 +274,9 @@ func startGpuguard(t *testing.T, mode string, onTerm, ttyOut bool, grace string,
 		}
 		pty.Setsize(m, &pty.Winsize{Rows: 30, Cols: 100})
 		g.master = m
+		if g.termios, err = unix.IoctlGetTermios(int(m.Fd()), unix.TCGETS); err != nil {
+			t.Fatal(err)
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s, s, s
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 		closeAfter = append(closeAfter, s)

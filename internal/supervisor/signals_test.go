@@ -164,10 +164,7 @@ func childOf(t *testing.T, parent int, arg string) int {
 func TestTypedInterruptInRawMode(t *testing.T) {
 	rec := filepath.Join(t.TempDir(), "signals")
 	g := startGpuguard(t, "auto", true, false, "5s", fake("record", rec)...)
-	before, err := unix.IoctlGetTermios(int(g.master.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := g.termios
 	waitFile(t, rec, "ready\n")
 	during, err := unix.IoctlGetTermios(int(g.master.Fd()), unix.TCGETS)
 	if err != nil {
