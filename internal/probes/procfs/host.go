@@ -86,8 +86,9 @@ type HostReader struct {
 	fsRoot  string
 	refresh time.Duration
 
-	own  *Tree  // what Read measures: rootPID's tree, by parentage
-	list []Proc // the job's process list, as ProcessList gave it
+	own   *Tree  // what Read measures: rootPID's tree, by parentage
+	list  []Proc // the job's process list, as ProcessList gave it
+	check []Proc // the list again, between refreshes (membersChanged)
 
 	root     int
 	tree     []Proc // the members measured, root first
@@ -102,13 +103,16 @@ type HostReader struct {
 
 // hostProc is what the reader remembers about one process.
 type hostProc struct {
-	start    uint64
-	comm     string
-	fd       int // open statm file, -1 when none
-	exe      string
-	cmdline  string
-	pss      uint64
-	pssOK    bool
+	start   uint64
+	comm    string
+	fd      int // open statm file, -1 when none
+	exe     string
+	cmdline string
+	pss     uint64
+	pssOK   bool
+	// pssRSS is the RSS read with pss: between two refreshes (smaps_rollup
+	// is dear to read), the process's PSS follows its RSS from there.
+	pssRSS   uint64
 	seenTick uint64
 }
 
@@ -168,6 +172,11 @@ func (r *HostReader) read(rootPID int, job ProcessList, now time.Time, full bool
 		full = true
 	}
 	r.tick++
+	if !full && job != nil && r.membersChanged(job) {
+		// The supervisor's tracker found a process join or leave the job
+		// (a DataLoader worker): measure it now, not at the next refresh.
+		full = true
+	}
 	if full {
 		if job == nil {
 			r.own.ScanQuick()
@@ -186,7 +195,10 @@ func (r *HostReader) read(rootPID int, job ProcessList, now time.Time, full bool
 		hp := r.procs[st.PID]
 		hs.RSSBytes += st.RSSBytes
 		if hp != nil && hp.pssOK {
-			hs.PSSBytes += hp.pss
+			// Memory the process gained or gave back since its PSS was
+			// read is its own (a process's new pages are private until it
+			// forks): every sample sees it, not only the refreshes.
+			hs.PSSBytes += uint64(max(0, int64(hp.pss)+int64(st.RSSBytes)-int64(hp.pssRSS)))
 		} else {
 			hs.PSSBytes += st.RSSBytes
 			hs.PSSComplete = false
@@ -259,7 +271,7 @@ func (r *HostReader) refreshMembers(rootPID int, job ProcessList) error {
 			hp.cmdline = r.p.cmdline(st.PID)
 		}
 		pss, _, perr := r.p.pss(st.PID)
-		hp.pss, hp.pssOK = pss, perr == nil
+		hp.pss, hp.pssOK, hp.pssRSS = pss, perr == nil, st.RSSBytes
 	}
 	for pid, hp := range r.procs {
 		if hp.seenTick != r.tick {
@@ -270,6 +282,21 @@ func (r *HostReader) refreshMembers(rootPID int, job ProcessList) error {
 }
 
 // restat re-reads the RSS of the members found by the last refresh.
+// membersChanged reports whether job's processes differ from those the last
+// refresh measured. It reads nothing: job's list is the tracker's last scan.
+func (r *HostReader) membersChanged(job ProcessList) bool {
+	r.check = job.Processes(r.check[:0])
+	if len(r.check) != len(r.list) {
+		return true
+	}
+	for i := range r.check {
+		if r.check[i].PID != r.list[i].PID || r.check[i].Start != r.list[i].Start {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *HostReader) restat(rootPID int) error {
 	n := 0
 	for _, old := range r.tree {

@@ -340,3 +340,49 @@ func TestHostReaderBetweenWalks(t *testing.T) {
 		t.Errorf("close left %d processes, %d files", len(r2.procs), len(r2.p.fds))
 	}
 }
+
+// listed is a ProcessList whose members a test sets.
+type listed struct {
+	root  int
+	procs []Proc
+}
+
+func (l *listed) PID() int                    { return l.root }
+func (l *listed) Processes(dst []Proc) []Proc { return append(dst, l.procs...) }
+
+// A process that joins the job between two refreshes (a DataLoader worker
+// the supervisor's tracker has just found) is measured at the next sample,
+// not at the next refresh a second later.
+func TestReadJobTakesANewMemberAtOnce(t *testing.T) {
+	var procs []Proc
+	for range 2 {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		p, err := ReadStat("/proc", cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	job := &listed{root: procs[0].PID, procs: procs[:1]}
+	r := NewHostReader("/proc")
+	defer r.Close()
+	now := time.Now()
+	h, err := r.ReadJob(job, now, true)
+	if err != nil || h.Processes != 1 {
+		t.Fatalf("first read: %d processes, %v", h.Processes, err)
+	}
+	job.procs = procs // the worker joins
+	h, err = r.ReadJob(job, now.Add(50*time.Millisecond), false)
+	if err != nil || h.Processes != 2 {
+		t.Fatalf("after the worker joined: %d processes, %v; want 2 at once", h.Processes, err)
+	}
+	job.procs = procs[:1] // and leaves
+	h, err = r.ReadJob(job, now.Add(100*time.Millisecond), false)
+	if err != nil || h.Processes != 1 {
+		t.Fatalf("after the worker left: %d processes, %v; want 1", h.Processes, err)
+	}
+}
