@@ -22,9 +22,9 @@ import (
 	"github.com/gpuguard/gpuguard/internal/lines"
 )
 
-// DefaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
-// when AttemptSpec.Grace is zero.
-const DefaultGrace = 10 * time.Second
+// defaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
+// when attemptSpec.Grace is zero.
+const defaultGrace = 10 * time.Second
 
 const (
 	// drainTimeout bounds the wait for the rest of the child's output once
@@ -42,13 +42,13 @@ const (
 	killGiveUp = 10 * time.Second
 )
 
-// AttemptSpec describes one child lifetime.
-type AttemptSpec struct {
+// attemptSpec describes one child lifetime.
+type attemptSpec struct {
 	// Argv is the command; Argv[0] is looked up in the PATH of Env (not in
 	// gpuguard's own PATH) unless it contains a '/'.
 	Argv []string
 	// Env is the complete environment (KEY=VALUE); nil means os.Environ().
-	// StartAttempt adds MarkerVar, and PYTHONUNBUFFERED=1 under pipes when
+	// startAttempt adds markerVar, and PYTHONUNBUFFERED=1 under pipes when
 	// Env does not set it.
 	Env []string
 	// Dir is the working directory; "" means gpuguard's.
@@ -81,14 +81,14 @@ type AttemptSpec struct {
 	// not retain l.Text. A nil Scan disables scanning.
 	Scan func(stream int, l lines.Line)
 	// Grace is the time between the polite SIGTERM and SIGKILL when the
-	// job is stopped; zero means DefaultGrace.
+	// job is stopped; zero means defaultGrace.
 	Grace time.Duration
 	// Logger receives gpuguard's own diagnostics; nil discards them.
 	Logger *zap.Logger
 }
 
-// AttemptResult is how an attempt ended.
-type AttemptResult struct {
+// attemptResult is how an attempt ended.
+type attemptResult struct {
 	Pid    int
 	Code   int            // the child's exit code, or 128+signal
 	Signal syscall.Signal // the signal that killed the child; 0 when it exited
@@ -106,7 +106,7 @@ type AttemptResult struct {
 
 // Attempt is one running child and its process tree.
 type Attempt struct {
-	spec    AttemptSpec
+	spec    attemptSpec
 	logger  *zap.Logger
 	grace   time.Duration
 	env     []string
@@ -143,21 +143,21 @@ type Attempt struct {
 	killed      bool
 	state       *os.ProcessState
 	end         time.Time
-	result      AttemptResult
+	result      attemptResult
 }
 
-// StartAttempt starts spec's command and returns once it runs. The child gets
+// startAttempt starts spec's command and returns once it runs. The child gets
 // its own process group (under a pty, its own session with the pty as
 // controlling terminal) and dies if gpuguard dies (Pdeathsig, backed by a
 // watchdog process that also stops its descendants). gpuguard becomes a child
 // subreaper, so that orphaned descendants are reparented to it.
 //
-// A command that cannot be started returns an *Error with ExitNotFound
-// (127: not in PATH, or no such file) or ExitNotRunnable (126: a directory,
+// A command that cannot be started returns an *Error with exitNotFound
+// (127: not in PATH, or no such file) or exitNotRunnable (126: a directory,
 // not executable, bad interpreter); its message names the PATH searched and
 // what to do. Other failures (pty or pipe creation) return an *Error with
-// ExitSoftware.
-func StartAttempt(spec AttemptSpec) (*Attempt, error) {
+// exitSoftware.
+func startAttempt(spec attemptSpec) (*Attempt, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, &Error{Code: ExitUsage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
 	}
@@ -175,7 +175,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		a.logger = zap.NewNop()
 	}
 	if a.grace <= 0 {
-		a.grace = DefaultGrace
+		a.grace = defaultGrace
 	}
 
 	env := spec.Env
@@ -183,8 +183,8 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		env = os.Environ()
 	}
 	token := newToken()
-	env = envlist.Unset(env, MarkerVar, watchdogEnv)
-	env = append(env, MarkerVar+"="+token)
+	env = envlist.Unset(env, markerVar, watchdogEnv)
+	env = append(env, markerVar+"="+token)
 	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training
 		// script's progress would arrive in 8 KiB lumps, late.
@@ -199,7 +199,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 	}
 	if spec.Dir != "" {
 		if st, err := os.Stat(spec.Dir); err != nil || !st.IsDir() {
-			return nil, &Error{Code: ExitNotRunnable, Err: err,
+			return nil, &Error{Code: exitNotRunnable, Err: err,
 				Msg: fmt.Sprintf("cannot run %q in directory %q: it does not exist or is not a directory", spec.Argv[0], spec.Dir)}
 		}
 	}
@@ -233,7 +233,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		ptmx, tty, err := openPTY()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
+			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
 		}
 		a.ptmx = ptmx
 		a.setSize()
@@ -251,7 +251,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
@@ -262,7 +262,7 @@ func StartAttempt(spec AttemptSpec) (*Attempt, error) {
 			if err != nil {
 				closeAll([]*os.File{outR, outW})
 				wd.release()
-				return nil, &Error{Code: ExitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+				return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 			}
 			cmd.Stderr = errW
 			childSide = append(childSide, errW)
@@ -374,7 +374,7 @@ func (a *Attempt) Pids() []int {
 func (a *Attempt) Done() <-chan struct{} { return a.done }
 
 // Result reports how the attempt ended. It is valid after Done is closed.
-func (a *Attempt) Result() AttemptResult {
+func (a *Attempt) Result() attemptResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.result
@@ -449,7 +449,7 @@ func (a *Attempt) Kill(reason string) {
 	}
 }
 
-// Resize sets the pty's window size again from AttemptSpec.Term (after our
+// Resize sets the pty's window size again from attemptSpec.Term (after our
 // terminal was resized: SIGWINCH). The kernel signals the job's foreground
 // group with SIGWINCH when the size changes. It does nothing under pipes.
 func (a *Attempt) Resize() {
@@ -531,7 +531,7 @@ func (a *Attempt) supervise() {
 
 	a.mu.Lock()
 	st := a.state
-	a.result = AttemptResult{
+	a.result = attemptResult{
 		Pid:         a.pid,
 		Start:       a.start,
 		End:         a.end,
@@ -682,7 +682,7 @@ func (a *Attempt) drain() {
 // wantRaw reports whether the attempt should put Stdin in raw mode: under a
 // pty, with Stdin a terminal whose foreground group is gpuguard's.
 func (a *Attempt) wantRaw() bool {
-	return a.spec.PTY && IsTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
+	return a.spec.PTY && isTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
 }
 
 func (a *Attempt) enterRaw() {
@@ -780,7 +780,7 @@ func (a *Attempt) TypedInterrupt() syscall.Signal {
 // or 128+N when the process died of signal N.
 func exitStatus(st *os.ProcessState) (int, syscall.Signal) {
 	if st == nil {
-		return ExitSoftware, 0
+		return exitSoftware, 0
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
 		if ws.Signaled() {

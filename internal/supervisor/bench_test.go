@@ -26,7 +26,7 @@ func BenchmarkPassthrough(b *testing.B) {
 	const mb = 100
 	for _, l := range launchers {
 		b.Run(l.name, func(b *testing.B) {
-			rd, err := CreateRunDir(b.TempDir(), "")
+			rd, err := createRunDir(b.TempDir(), "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -35,7 +35,7 @@ func BenchmarkPassthrough(b *testing.B) {
 			b.SetBytes(mb << 20)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				a, err := StartAttempt(AttemptSpec{
+				a, err := startAttempt(attemptSpec{
 					Argv:   []string{chatty, "-mb", strconv.Itoa(mb)},
 					PTY:    l.pty,
 					Stdout: io.Discard,

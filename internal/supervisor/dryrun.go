@@ -23,10 +23,10 @@ func (l *loop) dryRun(status *Status) int {
 		return ExitConfig
 	}
 	argv, env, files, notes, merged, ckpt := plan.argv, plan.env, plan.files, plan.notes, plan.alloc, plan.ckpt
-	usePTY, err := ResolvePTY(l.cfg.PTY, l.cfg.Stdout)
+	usePTY, err := resolvePTY(l.cfg.PTY, l.cfg.Stdout)
 	if err != nil {
 		status.Printf("%v", err)
-		return ExitCodeOf(err)
+		return exitCodeOf(err)
 	}
 	w := l.cfg.Stdout
 	fmt.Fprintf(w, "dry run: nothing is started\n")
@@ -46,10 +46,10 @@ func (l *loop) dryRun(status *Status) int {
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	for _, d := range envDiff(l.pjob.Env, envlist.Unset(env, EnvRunDir, EnvPID, EnvAttempt)) {
+	for _, d := range envDiff(l.pjob.Env, envlist.Unset(env, envRunDir, envPID, envAttempt)) {
 		fmt.Fprintf(w, "env: %s\n", d)
 	}
-	fmt.Fprintf(w, "env: %s, %s and %s are set for each attempt (the run directory, gpuguard's pid, the attempt)\n", EnvRunDir, EnvPID, EnvAttempt)
+	fmt.Fprintf(w, "env: %s, %s and %s are set for each attempt (the run directory, gpuguard's pid, the attempt)\n", envRunDir, envPID, envAttempt)
 	for _, warn := range merged.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}

@@ -49,7 +49,7 @@ type loop struct {
 
 	// runAttempt runs one attempt to its end: runOne (the job's processes,
 	// the memory sampler and the classifier), or a test's script.
-	runAttempt func(n int, p launchPlan) (attemptRow, classify.Verdict, AttemptResult, error)
+	runAttempt func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error)
 	// writersGone: when the last attempt's processes had all ended (zero
 	// while some survive): no checkpoint can change after it.
 	writersGone time.Time
@@ -89,11 +89,11 @@ func runLoop(cfg Config) int {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	status := NewStatus(cfg.Stdout, cfg.Stderr)
+	status := newStatus(cfg.Stdout, cfg.Stderr)
 	wd, err := os.Getwd()
 	if err != nil {
 		status.Printf("cannot read the working directory: %v", err)
-		return ExitSoftware
+		return exitSoftware
 	}
 	l := newLoop(cfg, wd, os.Environ(), time.Now())
 
@@ -107,7 +107,7 @@ func runLoop(cfg Config) int {
 		return l.dryRun(status)
 	}
 
-	job, code := Prepare(l.cfg)
+	job, code := prepare(l.cfg)
 	if job == nil {
 		return code
 	}
@@ -175,7 +175,7 @@ func (l *loop) attempts() int {
 
 		row, v, res, startErr := l.runAttempt(n, plan)
 		if startErr != nil {
-			return l.end(ExitCodeOf(startErr))
+			return l.end(exitCodeOf(startErr))
 		}
 		l.writersGone = time.Time{}
 		if res.Survivors == 0 {

@@ -26,7 +26,7 @@ import (
 
 // script is what one scripted attempt does: it may write files (a
 // checkpoint) and returns how the attempt ended.
-type script func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult)
+type script func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult)
 
 type loopTest struct {
 	*loop
@@ -38,8 +38,8 @@ type loopTest struct {
 
 // exitWith is an attempt that ended with code and verdict v.
 func exitWith(code int, v classify.Verdict) script {
-	return func(*testing.T, *loopTest, int, launchPlan) (classify.Verdict, AttemptResult) {
-		return v, AttemptResult{Code: code}
+	return func(*testing.T, *loopTest, int, launchPlan) (classify.Verdict, attemptResult) {
+		return v, attemptResult{Code: code}
 	}
 }
 
@@ -63,7 +63,7 @@ func newLoopTest(t *testing.T, policy string, argv []string, env []string, scrip
 	}
 	lt := &loopTest{wd: wd}
 	lt.loop = newLoop(cfg, wd, env, time.Now().Add(-time.Hour))
-	status := NewStatus(nil, &lt.stderr)
+	status := newStatus(nil, &lt.stderr)
 	if policy == "" {
 		lt.cfg.Policy = ""
 	}
@@ -73,7 +73,7 @@ func newLoopTest(t *testing.T, policy string, argv []string, env []string, scrip
 	if code := lt.resolveRunDir(status); code != 0 {
 		t.Fatalf("resolveRunDir: %d\n%s", code, lt.stderr.String())
 	}
-	rd, err := CreateRunDir(filepath.Join(wd, "run"), wd)
+	rd, err := createRunDir(filepath.Join(wd, "run"), wd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func newLoopTest(t *testing.T, policy string, argv []string, env []string, scrip
 		c <- time.Time{}
 		return c
 	}
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, AttemptResult, error) {
+	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
 		lt.plans = append(lt.plans, p)
 		if n > len(scripts) {
 			t.Fatalf("attempt %d was started; the test scripts %d", n, len(scripts))
@@ -166,10 +166,10 @@ checkpoints:
 // the highest step, waits the backoff, and records the decision.
 func TestLoopRelaunchesWithTheDecision(t *testing.T) {
 	lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, []string{"PATH=/bin"},
-		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
 			lt.checkpointAt(t, "ckpt/step_20.pt")
 			lt.checkpointAt(t, "ckpt/step_100.pt")
-			return trainOOM, AttemptResult{Code: 1}
+			return trainOOM, attemptResult{Code: 1}
 		},
 		exitWith(0, classify.Verdict{}))
 	if code := lt.attempts(); code != 0 {
@@ -263,9 +263,9 @@ func TestLoopPassesOverAnEarlierRunsCheckpoint(t *testing.T) {
 // job's status, and nothing is relaunched.
 func TestLoopDoesNotRelaunchAfterASignal(t *testing.T) {
 	lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, nil,
-		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
 			terminate(lt.job.Signals, syscall.SIGTERM)
-			return trainOOM, AttemptResult{Code: 143, Signal: syscall.SIGTERM}
+			return trainOOM, attemptResult{Code: 143, Signal: syscall.SIGTERM}
 		})
 	if code := lt.attempts(); code != 143 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
@@ -293,18 +293,18 @@ func TestDryRunPlansWhatTheRelaunchGets(t *testing.T) {
 	var dry launchPlan
 	var dryN int
 	lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, []string{"PATH=/bin", "HOME=/home/u"},
-		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
 			lt.checkpointAt(t, "ckpt/step_50.pt")
-			return trainOOM, AttemptResult{Code: 1}
+			return trainOOM, attemptResult{Code: 1}
 		},
-		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+		func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
 			// state.json holds the decision; plan as a dry run would.
 			cfg := lt.cfg
 			cfg.ResumeRun, cfg.DryRun = lt.job.RunDir.Path(), true
 			dl := newLoop(cfg, lt.wd, lt.pjob.Env, time.Now())
 			dl.getpid = lt.getpid
 			var errb syncBuffer
-			status := NewStatus(nil, &errb)
+			status := newStatus(nil, &errb)
 			if dl.loadPolicy(status) != 0 || dl.resolveRunDir(status) != 0 {
 				t.Fatalf("dry run: %s", errb.String())
 			}
@@ -313,7 +313,7 @@ func TestDryRunPlansWhatTheRelaunchGets(t *testing.T) {
 			if dryN, _, dry, err = dl.nextPlan(); err != nil {
 				t.Fatal(err)
 			}
-			return classify.Verdict{}, AttemptResult{Code: 0}
+			return classify.Verdict{}, attemptResult{Code: 0}
 		})
 	if code := lt.attempts(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
@@ -407,14 +407,14 @@ func TestLoopTakesASettledCheckpointWithoutWaiting(t *testing.T) {
 		t.Run(fmt.Sprintf("survivors=%d", survivors), func(t *testing.T) {
 			var ckpt string
 			lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, nil,
-				func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, AttemptResult) {
+				func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
 					ckpt = lt.checkpointAt(t, "ckpt/step_100.pt")
 					// quiet is 10s: inside it, and out of it a second later.
 					when := time.Now().Add(-9 * time.Second)
 					if err := os.Chtimes(ckpt, when, when); err != nil {
 						t.Fatal(err)
 					}
-					return trainOOM, AttemptResult{Code: 1, Survivors: survivors}
+					return trainOOM, attemptResult{Code: 1, Survivors: survivors}
 				},
 				exitWith(0, classify.Verdict{}))
 			if code := lt.attempts(); code != 0 {

@@ -148,7 +148,7 @@ func waitChan(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-func waitDone(t *testing.T, a *Attempt) AttemptResult {
+func waitDone(t *testing.T, a *Attempt) attemptResult {
 	t.Helper()
 	waitChan(t, a.Done(), "the attempt to finish")
 	return a.Result()

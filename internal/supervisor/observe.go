@@ -24,7 +24,7 @@ import (
 // started). While the job runs it watches it: its output goes through the
 // classifier, its memory is sampled (faster in validation), and after an
 // out-of-memory error it gets oom_grace to exit by itself.
-func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, AttemptResult, error) {
+func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
 	rd, status := l.job.RunDir, l.job.Status
 	argv, env, ckpt := p.argv, p.env, p.ckpt
 	row := attemptRow{n: n, ckpt: ckpt}
@@ -36,7 +36,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 		sampling, patterns, grace = l.pol.Sampling(), l.pol.PhasePatterns(), l.pol.OOMGrace()
 	}
 	var tl io.Writer // stays a nil interface when the file cannot be opened
-	timeline, err := memory.OpenTimeline(filepath.Join(rd.Path(), TimelineFile))
+	timeline, err := memory.OpenTimeline(filepath.Join(rd.Path(), timelineFile))
 	if err != nil {
 		status.Printf("warning: no memory timeline: %v", err)
 	} else {
@@ -97,7 +97,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 	})
 	if err != nil {
 		status.Printf("policy phase patterns: %v", err)
-		return row, classify.Verdict{}, AttemptResult{}, &Error{Code: ExitConfig, Msg: err.Error()}
+		return row, classify.Verdict{}, attemptResult{}, &Error{Code: ExitConfig, Msg: err.Error()}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,7 +122,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 	var sampled sync.WaitGroup
 	var verdict classify.Verdict
 	l.slurm.launch(true) // Slurm hook (supervisor/slurm.go)
-	res, err := l.job.RunAttempt(n, spec, AttemptHooks{
+	res, err := l.job.RunAttempt(n, spec, attemptHooks{
 		Started: func(a *Attempt) {
 			l.slurm.attach(a) // Slurm hook (supervisor/slurm.go)
 			sampled.Add(1)
@@ -131,7 +131,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, Attemp
 			// itself (oomgrace.go).
 			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)
 		},
-		Ended: func(r AttemptResult, end *record.AttemptEnd) {
+		Ended: func(r attemptResult, end *record.AttemptEnd) {
 			cancel()
 			sampled.Wait()
 			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}

@@ -19,9 +19,9 @@ import (
 // Environment variables gpuguard sets in every attempt's environment, so that
 // `gpuguard doctor` can tell which run a GPU-holding process belongs to.
 const (
-	EnvRunDir  = "GPUGUARD_RUN_DIR"
-	EnvPID     = "GPUGUARD_PID"
-	EnvAttempt = "GPUGUARD_ATTEMPT"
+	envRunDir  = "GPUGUARD_RUN_DIR"
+	envPID     = "GPUGUARD_PID"
+	envAttempt = "GPUGUARD_ATTEMPT"
 )
 
 // planInput is what a launch plan is computed from.
@@ -50,9 +50,9 @@ type launchPlan struct {
 	ckpt  string
 }
 
-// derivedDir is where attempt n's derived config copies go.
-func derivedDir(runDir string, n int) string {
-	return filepath.Join(runDir, DerivedDir, fmt.Sprintf("attempt-%d", n))
+// attemptDerivedDir is where attempt n's derived config copies go.
+func attemptDerivedDir(runDir string, n int) string {
+	return filepath.Join(runDir, derivedDir, fmt.Sprintf("attempt-%d", n))
 }
 
 // planLaunch computes an attempt's launch: the policy renders the knob
@@ -63,7 +63,7 @@ func derivedDir(runDir string, n int) string {
 func planLaunch(in planInput) (launchPlan, error) {
 	p := launchPlan{argv: in.job.Argv, env: in.job.Env, ckpt: in.ckpt}
 	if in.pol != nil {
-		launch, err := in.pol.Render(in.job, in.values, in.ckpt, derivedDir(in.runDir, in.attempt), in.readFile)
+		launch, err := in.pol.Render(in.job, in.values, in.ckpt, attemptDerivedDir(in.runDir, in.attempt), in.readFile)
 		if err != nil {
 			return launchPlan{}, err
 		}
@@ -76,9 +76,9 @@ func planLaunch(in planInput) (launchPlan, error) {
 		}
 		p.env, p.alloc = merged.Env, merged
 	}
-	p.env = envlist.Set(p.env, EnvRunDir, in.runDir)
-	p.env = envlist.Set(p.env, EnvPID, strconv.Itoa(in.gpuguardPID))
-	p.env = envlist.Set(p.env, EnvAttempt, strconv.Itoa(in.attempt))
+	p.env = envlist.Set(p.env, envRunDir, in.runDir)
+	p.env = envlist.Set(p.env, envPID, strconv.Itoa(in.gpuguardPID))
+	p.env = envlist.Set(p.env, envAttempt, strconv.Itoa(in.attempt))
 	return p, nil
 }
 

@@ -13,16 +13,16 @@ import (
 // This file holds the supervisor's view of a job's processes. Which
 // processes are the job's is decided by procfs.Tree (the main child, its
 // descendants, and every process carrying the attempt's marker variable,
-// MarkerVar, in its initial environment; a member stays one for as long as
+// markerVar, in its initial environment; a member stays one for as long as
 // it lives); the tracker owns an attempt's Tree, knowing its marker, and
 // hands the same members to the memory sampler (Attempt.Processes) that it
 // stops and kills.
 
-// MarkerVar is set in every job's environment to a token unique to the
+// markerVar is set in every job's environment to a token unique to the
 // attempt, so that gpuguard (and its watchdog, should gpuguard die) can find
 // every process the job started, even after they left its process group and
 // session. Programs must not rely on its value.
-const MarkerVar = "GPUGUARD_ATTEMPT_TOKEN"
+const markerVar = "GPUGUARD_ATTEMPT_TOKEN"
 
 // procInfo is the part of a procfs.Proc that the supervisor acts on: it
 // signals, reaps and tells the watchdog about processes by it.
@@ -60,7 +60,7 @@ type tracker struct {
 }
 
 func newTracker(token string) *tracker {
-	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", MarkerVar+"="+token)}
+	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", markerVar+"="+token)}
 	t.tree.Exclude(t.self)
 	return t
 }

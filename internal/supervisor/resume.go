@@ -19,11 +19,11 @@ import (
 // starting again at those that failed. Its schema is rundir.RunState.
 const StateFile = record.State
 
-// DerivedDir is the run directory's folder for derived config copies.
-const DerivedDir = record.Derived
+// derivedDir is the run directory's folder for derived config copies.
+const derivedDir = record.Derived
 
-// TimelineFile is the run directory's memory timeline.
-const TimelineFile = record.Timeline
+// timelineFile is the run directory's memory timeline.
+const timelineFile = record.Timeline
 
 // maxHistory bounds state.json on runs with many relaunches.
 const maxHistory = 20

@@ -42,19 +42,19 @@ type Job struct {
 	Term    *os.File // the terminal the pty's size follows, if any
 }
 
-// Prepare resolves cfg (launch mode, environment, run directory), prints the
+// prepare resolves cfg (launch mode, environment, run directory), prints the
 // start lines and starts forwarding signals. It returns a nil Job and the
 // exit status when the run cannot go on (a bad --pty value: 64; the run
 // directory: 73), or when cfg.DryRun has been answered (0).
-func Prepare(cfg Config) (*Job, int) {
+func prepare(cfg Config) (*Job, int) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	status := NewStatus(cfg.Stdout, cfg.Stderr)
-	usePTY, err := ResolvePTY(cfg.PTY, cfg.Stdout)
+	status := newStatus(cfg.Stdout, cfg.Stderr)
+	usePTY, err := resolvePTY(cfg.PTY, cfg.Stdout)
 	if err != nil {
 		fmt.Fprintln(cfg.Stderr, err)
-		return nil, ExitCodeOf(err)
+		return nil, exitCodeOf(err)
 	}
 	env := os.Environ()
 	var merged envinject.Result
@@ -62,7 +62,7 @@ func Prepare(cfg Config) (*Job, int) {
 		merged, err = envinject.Merge(env, envinject.Defaults(), false)
 		if err != nil {
 			status.Printf("internal error: %v", err)
-			return nil, ExitSoftware
+			return nil, exitSoftware
 		}
 		env = merged.Env
 	}
@@ -70,7 +70,7 @@ func Prepare(cfg Config) (*Job, int) {
 	pathEnv, _ := envlist.Lookup(env, "PATH")
 	if _, err := lookPathIn(cfg.Argv[0], pathEnv, ""); err != nil {
 		status.Printf("%v", err)
-		return nil, ExitCodeOf(err)
+		return nil, exitCodeOf(err)
 	}
 	if cfg.DryRun {
 		// The loop answers dry runs before preparing anything (loop.go).
@@ -80,23 +80,23 @@ func Prepare(cfg Config) (*Job, int) {
 	wd, err := os.Getwd()
 	if err != nil {
 		status.Printf("cannot read the working directory: %v", err)
-		return nil, ExitSoftware
+		return nil, exitSoftware
 	}
 	var rd *rundir.Dir
 	if cfg.ResumeRun != "" {
 		// The loop has read state.json already (loop.go).
-		rd, err = OpenRunDir(cfg.ResumeRun)
+		rd, err = openRunDir(cfg.ResumeRun)
 	} else {
-		rd, err = CreateRunDir(cfg.RunDir, wd)
+		rd, err = createRunDir(cfg.RunDir, wd)
 	}
 	if err != nil {
 		status.Printf("%v", err)
-		return nil, ExitCodeOf(err)
+		return nil, exitCodeOf(err)
 	}
 	rd.OnWriteError(func(msg string) { status.Printf("%s", msg) })
 	j := &Job{Cfg: cfg, PTY: usePTY, Env: env, RunDir: rd, Status: status, Logger: rd.Logger()}
 	for _, f := range []*os.File{cfg.Stdout, fileOf(cfg.Stderr), cfg.Stdin} {
-		if IsTerminal(f) {
+		if isTerminal(f) {
 			j.Term = f
 			break
 		}
@@ -104,8 +104,8 @@ func Prepare(cfg Config) (*Job, int) {
 	status.Printf("run directory %s", displayPath(rd.Path(), wd))
 	printEnv(status, cfg.NoEnv, merged)
 
-	j.Signals = NotifySignals()
-	j.Signals.OnSignal(func(ev SignalEvent) {
+	j.Signals = notifySignals()
+	j.Signals.OnSignal(func(ev signalEvent) {
 		name := signalName(ev.Signal)
 		rd.Write(record.Signal{Signal: name, Action: ev.Action, PID: ev.Pid})
 		switch {
@@ -136,9 +136,9 @@ func Prepare(cfg Config) (*Job, int) {
 	return j, 0
 }
 
-// Spec returns the AttemptSpec of one attempt of this job with argv and env.
-func (j *Job) Spec(argv, env []string) AttemptSpec {
-	return AttemptSpec{
+// Spec returns the attemptSpec of one attempt of this job with argv and env.
+func (j *Job) Spec(argv, env []string) attemptSpec {
+	return attemptSpec{
 		Argv:    argv,
 		Env:     env,
 		PTY:     j.PTY,
@@ -154,14 +154,14 @@ func (j *Job) Spec(argv, env []string) AttemptSpec {
 	}
 }
 
-// AttemptHooks let the attempt loop act while an attempt runs.
-type AttemptHooks struct {
+// attemptHooks let the attempt loop act while an attempt runs.
+type attemptHooks struct {
 	// Started is called once the child runs, before RunAttempt waits for it
 	// (to start sampling its memory, to arm a timer that stops it).
 	Started func(a *Attempt)
 	// Ended is called once the attempt is over and its output scanned; it
 	// adds to the attempt_end event (the verdict) before it is written.
-	Ended func(res AttemptResult, end *record.AttemptEnd)
+	Ended func(res attemptResult, end *record.AttemptEnd)
 }
 
 // RunAttempt runs attempt number n to its end: it refuses to start after a
@@ -169,20 +169,20 @@ type AttemptHooks struct {
 // attempt_end events, forwards signals to the attempt while it runs, and
 // prints a status line when the job failed or left processes behind. A start
 // failure (127, 126) is printed and returned as an *Error.
-func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptResult, error) {
+func (j *Job) RunAttempt(n int, spec attemptSpec, hooks attemptHooks) (attemptResult, error) {
 	// Signals arriving while the child starts are kept for it.
 	j.Signals.Arm()
 	if sig, ok := j.Signals.Terminated(); ok {
 		j.Signals.Attach(nil)
-		return AttemptResult{}, &Error{Code: 128 + int(sig), Msg: signalName(sig) + " received: not starting the job again"}
+		return attemptResult{}, &Error{Code: 128 + int(sig), Msg: signalName(sig) + " received: not starting the job again"}
 	}
 	logOffset := j.RunDir.LogOffset() // before the child can write
-	a, err := StartAttempt(spec)
+	a, err := startAttempt(spec)
 	if err != nil {
 		j.Signals.Attach(nil)
 		j.Status.Printf("%v", err)
-		j.RunDir.Write(record.AttemptStartFailed{Attempt: n, Error: err.Error(), ExitCode: ExitCodeOf(err)})
-		return AttemptResult{}, err
+		j.RunDir.Write(record.AttemptStartFailed{Attempt: n, Error: err.Error(), ExitCode: exitCodeOf(err)})
+		return attemptResult{}, err
 	}
 	j.Signals.Attach(a)
 	j.RunDir.Write(record.AttemptStart{Attempt: n, PID: a.PID(), Argv: spec.Argv, LogOffset: &logOffset})
@@ -218,7 +218,7 @@ func (j *Job) RunAttempt(n int, spec AttemptSpec, hooks AttemptHooks) (AttemptRe
 		j.Status.Printf("stopped %d process(es) the job left running", res.Leftovers)
 	}
 	if res.Survivors > 0 {
-		j.Status.Printf("%d process(es) of the job did not die after SIGKILL (stuck in the kernel?); see %s", res.Survivors, GpuguardLog)
+		j.Status.Printf("%d process(es) of the job did not die after SIGKILL (stuck in the kernel?); see %s", res.Survivors, gpuguardLog)
 	}
 	switch {
 	case res.Signal != 0:

@@ -130,20 +130,20 @@ func TestRunRefusesWhatCannotRun(t *testing.T) {
 
 // After a terminating signal, RunAttempt starts nothing.
 func TestRunAttemptRefusesAfterTerminatingSignal(t *testing.T) {
-	s := NotifySignals()
+	s := notifySignals()
 	defer s.Stop()
 	s.mu.Lock()
 	s.term = syscall.SIGTERM
 	s.mu.Unlock()
-	rd, err := CreateRunDir(t.TempDir(), "")
+	rd, err := createRunDir(t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	j := &Job{Signals: s, RunDir: rd, Status: NewStatus(nil, nil), Logger: rd.Logger()}
+	j := &Job{Signals: s, RunDir: rd, Status: newStatus(nil, nil), Logger: rd.Logger()}
 	marker := filepath.Join(t.TempDir(), "started")
-	_, err = j.RunAttempt(2, AttemptSpec{Argv: fake("ignoreterm", marker)}, AttemptHooks{})
-	if ExitCodeOf(err) != 143 {
+	_, err = j.RunAttempt(2, attemptSpec{Argv: fake("ignoreterm", marker)}, attemptHooks{})
+	if exitCodeOf(err) != 143 {
 		t.Fatalf("RunAttempt after SIGTERM: %v", err)
 	}
 	if _, err := os.Stat(marker); err == nil {

@@ -8,14 +8,14 @@ import (
 // Files of a run directory.
 const (
 	OutputLogName = record.OutputLog
-	EventsName    = record.Events
-	GpuguardLog   = record.GpuguardLog
+	eventsName    = record.Events
+	gpuguardLog   = record.GpuguardLog
 )
 
-// CreateRunDir creates the directory of a new run (rundir.Create). Failure
+// createRunDir creates the directory of a new run (rundir.Create). Failure
 // returns an *Error with ExitCantCreate (73) that says which directory and
 // how to choose another.
-func CreateRunDir(explicit, workDir string) (*rundir.Dir, error) {
+func createRunDir(explicit, workDir string) (*rundir.Dir, error) {
 	d, err := rundir.Create(explicit, workDir)
 	if err != nil {
 		return nil, &Error{Code: ExitCantCreate, Msg: err.Error(), Err: err}
@@ -23,9 +23,9 @@ func CreateRunDir(explicit, workDir string) (*rundir.Dir, error) {
 	return d, nil
 }
 
-// OpenRunDir opens the directory of an earlier run (--resume-run) to append
+// openRunDir opens the directory of an earlier run (--resume-run) to append
 // to it (rundir.Open). Failure returns an *Error with ExitCantCreate (73).
-func OpenRunDir(path string) (*rundir.Dir, error) {
+func openRunDir(path string) (*rundir.Dir, error) {
 	d, err := rundir.Open(path)
 	if err != nil {
 		return nil, &Error{Code: ExitCantCreate, Msg: err.Error(), Err: err}

@@ -19,19 +19,19 @@ func TestRunDirErrorsExit73(t *testing.T) {
 	file := filepath.Join(wd, "file")
 	os.WriteFile(file, nil, 0o644)
 	for _, c := range []struct{ explicit, wd string }{{filepath.Join(file, "x"), wd}, {"", file}} {
-		_, err := CreateRunDir(c.explicit, c.wd)
-		if ExitCodeOf(err) != ExitCantCreate {
-			t.Errorf("CreateRunDir(%q, %q): %v (code %d), want 73", c.explicit, c.wd, err, ExitCodeOf(err))
+		_, err := createRunDir(c.explicit, c.wd)
+		if exitCodeOf(err) != ExitCantCreate {
+			t.Errorf("CreateRunDir(%q, %q): %v (code %d), want 73", c.explicit, c.wd, err, exitCodeOf(err))
 			continue
 		}
 		if !strings.Contains(err.Error(), "pass --run-dir DIR") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("message %q", err)
 		}
 	}
-	if _, err := OpenRunDir(filepath.Join(wd, "missing")); ExitCodeOf(err) != ExitCantCreate {
+	if _, err := openRunDir(filepath.Join(wd, "missing")); exitCodeOf(err) != ExitCantCreate {
 		t.Errorf("OpenRunDir(missing): %v", err)
 	}
-	if _, err := OpenRunDir(file); ExitCodeOf(err) != ExitCantCreate {
+	if _, err := openRunDir(file); exitCodeOf(err) != ExitCantCreate {
 		t.Errorf("OpenRunDir(file): %v", err)
 	}
 }
@@ -39,7 +39,7 @@ func TestRunDirErrorsExit73(t *testing.T) {
 func TestStatusFreshLines(t *testing.T) {
 	t.Run("same destination", func(t *testing.T) {
 		var buf bytes.Buffer
-		s := NewStatus(&buf, &buf)
+		s := newStatus(&buf, &buf)
 		s.Printf("start")
 		s.Stdout().Write([]byte("\r 50%|#####"))
 		s.Printf("SIGINT passed\nto the job")
@@ -52,7 +52,7 @@ func TestStatusFreshLines(t *testing.T) {
 	})
 	t.Run("separate destinations", func(t *testing.T) {
 		var out, errb bytes.Buffer
-		s := NewStatus(&out, &errb)
+		s := newStatus(&out, &errb)
 		s.Stdout().Write([]byte("partial"))
 		s.Printf("a")
 		s.Stderr().Write([]byte("err partial"))
@@ -70,7 +70,7 @@ func TestStatusFreshLines(t *testing.T) {
 		defer tty.Close()
 		got := &syncBuffer{}
 		go copyUntilEIO(got, m)
-		s := NewStatus(tty, tty)
+		s := newStatus(tty, tty)
 		old, err := term.MakeRaw(int(tty.Fd()))
 		if err != nil {
 			t.Fatal(err)
@@ -103,13 +103,13 @@ func TestResolvePTY(t *testing.T) {
 		out  *os.File
 		want bool
 	}{{"auto", tty, true}, {"auto", w, false}, {"", tty, true}, {"always", w, true}, {"never", tty, false}, {"auto", nil, false}} {
-		got, err := ResolvePTY(c.mode, c.out)
+		got, err := resolvePTY(c.mode, c.out)
 		if err != nil || got != c.want {
 			t.Errorf("ResolvePTY(%q, %v) = %v, %v", c.mode, c.out, got, err)
 		}
 	}
-	_, err = ResolvePTY("sometimes", tty)
-	if ExitCodeOf(err) != ExitUsage || !strings.Contains(err.Error(), "auto, always, never") {
+	_, err = resolvePTY("sometimes", tty)
+	if exitCodeOf(err) != ExitUsage || !strings.Contains(err.Error(), "auto, always, never") {
 		t.Errorf("bad mode: %v", err)
 	}
 	var e *Error

@@ -12,8 +12,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
-// ForwardedSignals are the signals gpuguard passes on to the job.
-var ForwardedSignals = []syscall.Signal{
+// forwardedSignals are the signals gpuguard passes on to the job.
+var forwardedSignals = []syscall.Signal{
 	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
 }
 
@@ -27,8 +27,8 @@ func terminating(sig syscall.Signal) bool {
 	return false
 }
 
-// SignalEvent says what gpuguard did with a signal it received.
-type SignalEvent struct {
+// signalEvent says what gpuguard did with a signal it received.
+type signalEvent struct {
 	Signal syscall.Signal
 	// Action is record.SignalForwarded (passed once to the job),
 	// SignalKilled (a second SIGINT/SIGTERM: the job's tree was sent
@@ -63,8 +63,8 @@ type Signals struct {
 	term     syscall.Signal
 	termC    chan struct{} // closed at the first terminating signal
 	intTerm  int
-	onSignal func(SignalEvent)
-	events   chan SignalEvent
+	onSignal func(signalEvent)
+	events   chan signalEvent
 }
 
 type queuedSignal struct {
@@ -72,20 +72,20 @@ type queuedSignal struct {
 	escalate bool
 }
 
-// NotifySignals starts receiving the forwarded signals and SIGWINCH. Call
+// notifySignals starts receiving the forwarded signals and SIGWINCH. Call
 // Stop when the run is over, to give them back their default behaviour.
-func NotifySignals() *Signals {
+func notifySignals() *Signals {
 	s := &Signals{
 		ch:         make(chan os.Signal, 64),
 		quitLoop:   make(chan struct{}),
 		quitNotify: make(chan struct{}),
 		loopDone:   make(chan struct{}),
 		notifyDone: make(chan struct{}),
-		events:     make(chan SignalEvent, 64),
+		events:     make(chan signalEvent, 64),
 		termC:      make(chan struct{}),
 	}
 	sigs := []os.Signal{syscall.SIGWINCH}
-	for _, sig := range ForwardedSignals {
+	for _, sig := range forwardedSignals {
 		sigs = append(sigs, sig)
 	}
 	signal.Notify(s.ch, sigs...)
@@ -98,7 +98,7 @@ func NotifySignals() *Signals {
 // lines and events). It runs on its own goroutine, in order, so that a slow
 // terminal never delays forwarding; events are dropped if it falls far
 // behind.
-func (s *Signals) OnSignal(f func(SignalEvent)) {
+func (s *Signals) OnSignal(f func(signalEvent)) {
 	s.mu.Lock()
 	s.onSignal = f
 	s.mu.Unlock()
@@ -210,7 +210,7 @@ func (s *Signals) handle(sig syscall.Signal) {
 
 // act forwards sig to a (or kills a's tree), and queues the event.
 func (s *Signals) act(a *Attempt, sig syscall.Signal, escalate bool) {
-	ev := SignalEvent{Signal: sig}
+	ev := signalEvent{Signal: sig}
 	switch {
 	case a == nil:
 		ev.Action = record.SignalNoJob
@@ -247,7 +247,7 @@ func (s *Signals) notify() {
 	}
 }
 
-func (s *Signals) deliver(ev SignalEvent) {
+func (s *Signals) deliver(ev signalEvent) {
 	s.mu.Lock()
 	f := s.onSignal
 	s.mu.Unlock()

@@ -196,7 +196,7 @@ func TestTypedInterruptInRawMode(t *testing.T) {
 
 func events(t *testing.T, runDir string) []map[string]any {
 	t.Helper()
-	f, err := os.Open(filepath.Join(runDir, EventsName))
+	f, err := os.Open(filepath.Join(runDir, eventsName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (c *slurmCase) scontrolCalls() []string {
 // events returns the run directory's events of type typ.
 func (c *slurmCase) events(t *testing.T, runDir, typ string) []map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.dir, ".gpuguard", "runs", runDir, EventsName))
+	data, err := os.ReadFile(filepath.Join(c.dir, ".gpuguard", "runs", runDir, eventsName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,9 @@ type trackWriter struct {
 	last *lastByte
 }
 
-// NewStatus returns a Status for gpuguard's stdout and stderr (either may be
+// newStatus returns a Status for gpuguard's stdout and stderr (either may be
 // nil: discarded).
-func NewStatus(stdout, stderr io.Writer) *Status {
+func newStatus(stdout, stderr io.Writer) *Status {
 	if stdout == nil {
 		stdout = io.Discard
 	}

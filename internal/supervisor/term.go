@@ -10,8 +10,8 @@ import (
 	"golang.org/x/term"
 )
 
-// IsTerminal reports whether f is a terminal. A nil f is not.
-func IsTerminal(f *os.File) bool {
+// isTerminal reports whether f is a terminal. A nil f is not.
+func isTerminal(f *os.File) bool {
 	if f == nil {
 		return false
 	}
@@ -34,13 +34,13 @@ func inForeground(f *os.File) bool {
 	return pgrp == unix.Getpgrp()
 }
 
-// ResolvePTY turns the --pty flag into a launch mode: "always" and "never"
+// resolvePTY turns the --pty flag into a launch mode: "always" and "never"
 // are what they say; "auto" (or "") picks a pseudo-terminal when stdout is a
 // terminal. Any other value is a usage error.
-func ResolvePTY(mode string, stdout *os.File) (bool, error) {
+func resolvePTY(mode string, stdout *os.File) (bool, error) {
 	switch mode {
 	case "", "auto":
-		return IsTerminal(stdout), nil
+		return isTerminal(stdout), nil
 	case "always":
 		return true, nil
 	case "never":
@@ -53,7 +53,7 @@ func ResolvePTY(mode string, stdout *os.File) (bool, error) {
 // src when it has one, else $COLUMNS × $LINES from the job's environment,
 // else 80×24. A pty left at 0×0 makes tqdm and rich draw badly.
 func windowSize(src *os.File, env []string) *pty.Winsize {
-	if IsTerminal(src) {
+	if isTerminal(src) {
 		var ws *unix.Winsize
 		_ = withFd(src, func(fd int) error {
 			var err error
@@ -81,7 +81,7 @@ func windowSize(src *os.File, env []string) *pty.Winsize {
 // rawOutput reports whether output processing is off on the terminal f (raw
 // mode): a '\n' written there then needs a '\r' to return the carriage.
 func rawOutput(f *os.File) bool {
-	if !IsTerminal(f) {
+	if !isTerminal(f) {
 		return false
 	}
 	raw := false

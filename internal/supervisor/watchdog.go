@@ -25,7 +25,7 @@ import (
 // job's tree; when the attempt is over and the tree swept, it writes "done"
 // and the watchdog exits. If the pipe reaches end of file without "done",
 // gpuguard died: the watchdog sends SIGTERM to every process it was told about
-// or that carries the attempt's MarkerVar, waits the grace period, sends
+// or that carries the attempt's markerVar, waits the grace period, sends
 // SIGKILL to what is left, and exits.
 //
 // The watchdog is started as `<gpuguard> run -- gpuguard-internal-watchdog`
@@ -147,12 +147,12 @@ func watchdogMain() int {
 	f := strings.Fields(os.Getenv(watchdogEnv))
 	if len(f) != 3 || f[0] != "v1" {
 		fmt.Fprintf(os.Stderr, "gpuguard watchdog: bad %s=%q\n", watchdogEnv, os.Getenv(watchdogEnv))
-		return ExitSoftware
+		return exitSoftware
 	}
 	token := f[1]
 	grace, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || grace < 0 {
-		grace = int64(DefaultGrace)
+		grace = int64(defaultGrace)
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE, syscall.SIGTTOU, syscall.SIGTTIN)
 
