@@ -370,8 +370,13 @@ func TestOOMGrace(t *testing.T) {
 				lt.watchOOMGrace(a, failed, 30*time.Second, func() int64 { return c.stepsSince })
 				close(returned)
 			}()
-			if d := <-asked; d != 30*time.Second { // the watch waits out the grace
-				t.Errorf("grace timer of %v, want 30s", d)
+			// The watch waits a second, says it waits, then waits the rest.
+			if d := <-asked; d != time.Second {
+				t.Errorf("first wait %v, want 1s", d)
+			}
+			fire <- time.Time{}
+			if d := <-asked; d != 29*time.Second {
+				t.Errorf("then %v, want the rest of the 30s grace", d)
 			}
 			if c.exits {
 				close(a.done)
@@ -392,7 +397,12 @@ func TestOOMGrace(t *testing.T) {
 				t.Errorf("%d more grace timers", len(asked))
 			}
 			if c.stopped {
-				wantContains(t, "stderr", lt.stderr.String(), "the job did not exit within 30s of its out-of-memory error: stopping it")
+				wantContains(t, "stderr", lt.stderr.String(),
+					"the job has not exited 1s after its out-of-memory error: waiting up to 29s more (oom_grace), then stopping it",
+					"the job did not exit within 30s of its out-of-memory error: stopping it")
+			}
+			if said := strings.Contains(lt.stderr.String(), "waiting up to"); said != (c.stepsSince < 2) {
+				t.Errorf("announced the wait: %v, with %d steps since the error", said, c.stepsSince)
 			}
 		})
 	}

@@ -25,8 +25,22 @@ func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.
 		case <-a.Done():
 			return
 		}
+		wait := grace
+		if grace > time.Second {
+			// Most jobs exit at once after the error; one that does not
+			// is told about, so the wait is not a silent one.
+			select {
+			case <-l.after(time.Second):
+			case <-a.Done():
+				return
+			}
+			wait = grace - time.Second
+			if stepsSince() < 2 {
+				l.job.Status.Printf("the job has not exited 1s after its out-of-memory error: waiting up to %s more (oom_grace), then stopping it", wait)
+			}
+		}
 		select {
-		case <-l.after(grace):
+		case <-l.after(wait):
 			if stepsSince() >= 2 {
 				l.log.Info("training went on after an out-of-memory error: not stopping the job")
 				continue
