@@ -19,6 +19,8 @@ import (
 const growScript = `
 import sys
 held = []
+sys.stdout.write("ready\n")
+sys.stdout.flush()
 for line in sys.stdin:
     held.append(b"\x01" * (20 << 20))
     sys.stdout.write("ok\n")
@@ -44,8 +46,10 @@ func (h hostRows) Write(p []byte) (int, error) {
 // by 20 MiB at a time is seen at each step by the next samples, not once a
 // second (issue 12: the host figure came from a PSS read once a second, so a
 // 20 Hz timeline showed flat one-second steps). The job grows on the test's
-// command, so no clock decides the outcome: after each step the second host
-// row written must show it (the first may have been read before the step).
+// command, so no clock decides the outcome: after each step, once the rows
+// queued so far are dropped, the second host row written must show it (the
+// first may have been read before the step; the second was read after the
+// first was written).
 func TestSamplerSeesValidationGrowth(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -94,15 +98,23 @@ func TestSamplerSeesValidationGrowth(t *testing.T) {
 			}
 		}
 	}
-	next()
-	base := next()
+	// after returns a host row read wholly after the call.
+	after := func() uint64 {
+		drain()
+		next()
+		return next()
+	}
+	if line, err := acks.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("the job said %q, %v", line, err)
+	}
+	base := after()
 	const step = 20 << 20
 	for i := 1; i <= 10; i++ {
-		drain()
 		io.WriteString(in, "\n")
 		if line, err := acks.ReadString('\n'); err != nil || line != "ok\n" {
 			t.Fatalf("step %d: the job said %q, %v", i, line, err)
 		}
+		drain()
 		a := next()
 		got := next()
 		t.Logf("step %d: %d then %d MiB", i, a>>20, got>>20)
