@@ -865,7 +865,7 @@ exec %s run --policy policy.yaml -- %s
 		"attempt 2 ended (exit status 143) after SIGTERM: not relaunching here, the job is requeued",
 		"requeued Slurm job "+id+" after SIGTERM (scontrol requeue "+id+")",
 		"restart 1",
-		"resuming run "+runDir+" at attempt 3 with batch_size=32 grad_accum=1 val_crop_size=512 workers=4 (budgets carried over (Slurm requeue))",
+		"resuming run "+runDir+" at attempt 3 with batch_size=32 env:PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True grad_accum=1 val_crop_size=512 workers=4 (budgets carried over (Slurm requeue))",
 		"attempt 3: "+exampleCmd+" --resume "+filepath.Join(dir, ckpt),
 		"resumed from "+filepath.Join(dir, ckpt),
 		"val_crop_size=512",

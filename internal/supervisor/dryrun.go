@@ -46,7 +46,7 @@ func (l *loop) dryRun(status *Status) int {
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	for _, d := range envDiff(l.pjob.Env, envlist.Unset(env, envRunDir, envPID, envAttempt)) {
+	for _, d := range envDiff(l.userEnv, envlist.Unset(env, envRunDir, envPID, envAttempt)) {
 		fmt.Fprintf(w, "env: %s\n", d)
 	}
 	fmt.Fprintf(w, "env: %s, %s and %s are set for each attempt (the run directory, gpuguard's pid, the attempt)\n", envRunDir, envPID, envAttempt)

@@ -1,10 +1,12 @@
 package supervisor
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpuguard/gpuguard/internal/envinject"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
@@ -23,11 +26,13 @@ import (
 // loop is one `gpuguard run`: attempts until the job succeeds, the policy gives
 // up, or gpuguard is told to stop.
 type loop struct {
-	cfg   Config
-	wd    string
-	pol   *policy.Policy // nil: no policy; the job runs once
-	pjob  policy.Job
-	state rundir.RunState
+	cfg  Config
+	wd   string
+	pol  *policy.Policy // nil: no policy; the job runs once
+	pjob policy.Job     // the job as the policy sees it: the environment it gets
+	// userEnv is gpuguard's own environment, before its allocator settings.
+	userEnv []string
+	state   rundir.RunState
 
 	job    *Job
 	status *Status // the job's, once prepared; a dry run's own
@@ -62,8 +67,18 @@ type loop struct {
 // newLoop returns the loop of one `gpuguard run` started at origin in wd,
 // with the environment env, running attempts for real.
 func newLoop(cfg Config, wd string, env []string, origin time.Time) *loop {
-	l := &loop{cfg: cfg, wd: wd, origin: origin, after: time.After, getpid: os.Getpid}
-	l.pjob = policy.Job{Argv: cfg.Argv, Env: env, Dir: wd, Exists: exists}
+	l := &loop{cfg: cfg, wd: wd, origin: origin, userEnv: env, after: time.After, getpid: os.Getpid}
+	// The policy reads the knobs' values from the environment the job
+	// really gets, gpuguard's allocator settings included: a step that sets
+	// what is already set does not act (a relaunch that changes nothing
+	// wastes the job's start-up and its work since the last checkpoint).
+	jobEnv := env
+	if !cfg.NoEnv {
+		if m, err := envinject.Merge(env, envinject.Defaults(), false); err == nil {
+			jobEnv = m.Env
+		}
+	}
+	l.pjob = policy.Job{Argv: cfg.Argv, Env: jobEnv, Dir: wd, Exists: exists}
 	l.runAttempt = l.runOne
 	return l
 }
@@ -216,7 +231,7 @@ func (l *loop) attempts() int {
 			Terminated: terminated,
 			Rand:       rand.Float64(),
 		}
-		d := l.pol.Decide(l.state.Policies, out)
+		d := l.decide(n, out)
 		l.state.Policies = d.State
 		row.decision = decisionLabel(d)
 		l.rows = append(l.rows, row)
@@ -250,6 +265,56 @@ func (l *loop) attempts() int {
 			return l.end(res.Code)
 		}
 	}
+}
+
+// decide asks the policy what to do after attempt n ended with out. A
+// relaunch whose changes leave the next attempt's command, environment and
+// derived configs as they were would waste the job's start-up and its work
+// since the last checkpoint: the rule goes on to its next step (the policy
+// is asked again from the state it left, with the relaunch it counted not
+// counted), and the user is told. A retry (a step that changes nothing on
+// purpose) is left alone.
+func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
+	st := l.state.Policies
+	d := l.pol.Decide(st, out)
+	for range 16 {
+		if d.Verb != policy.Relaunch || len(d.Changes) == 0 || l.changesLaunch(n+1, st.Values, d.State.Values) {
+			return d
+		}
+		l.status.Printf("rule %s step %d (%s) would relaunch the job unchanged: trying the rule's next step",
+			d.Rule, d.Step, strings.TrimPrefix(decisionLabel(d), fmt.Sprintf("%s step %d: ", d.Rule, d.Step)))
+		// The step's values are kept: they describe what the job already
+		// gets, and with them the rule escalates past the step.
+		next := d.State
+		next.Relaunches, next.ByKind, next.NoProgress = st.Relaunches, st.ByKind, st.NoProgress
+		d = l.pol.Decide(next, out)
+	}
+	return d
+}
+
+// changesLaunch reports whether attempt n's launch with the knob values
+// after differs from its launch with before: its command, its environment or
+// a derived config. A plan that cannot be made counts as a change (the
+// attempt then says why).
+func (l *loop) changesLaunch(n int, before, after policy.Values) bool {
+	in := planInput{pol: l.pol, job: l.pjob, attempt: n, noEnv: l.cfg.NoEnv, runDir: l.job.RunDir.Path(),
+		gpuguardPID: l.getpid(), readFile: os.ReadFile}
+	in.values = before
+	a, err1 := planLaunch(in)
+	in.values = after
+	b, err2 := planLaunch(in)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	if !slices.Equal(a.argv, b.argv) || !slices.Equal(a.env, b.env) || len(a.files) != len(b.files) {
+		return true
+	}
+	for i := range a.files {
+		if a.files[i].Path != b.files[i].Path || !bytes.Equal(a.files[i].Data, b.files[i].Data) {
+			return true
+		}
+	}
+	return false
 }
 
 // plan is attempt n's launch plan, resuming from ckpt, with the knob values

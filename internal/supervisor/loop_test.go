@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/rundir"
@@ -453,3 +455,93 @@ func TestLoopTakesASettledCheckpointWithoutWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A step whose change the launch does not show is not a relaunch: the rule
+// goes on to its next step, and the relaunch it counted is not counted.
+// Here the policy is made blind to gpuguard's allocator settings (as it was
+// until the loop gave it the job's real environment), so its first step,
+// merge_env expandable_segments:True, changes nothing the job gets.
+func TestLoopSkipsAStepThatChangesNothing(t *testing.T) {
+	const pol = `version: 1
+knobs:
+  batch_size: {flag: --batch-size}
+rules:
+  - name: train-oom
+    when: {kind: gpu_oom}
+    steps:
+      - merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}
+      - halve: batch_size
+        min: 1
+budget: {relaunches: 3}
+backoff: {initial: 0s}
+`
+	lt := newLoopTest(t, pol, []string{"train.py", "--batch-size", "8"}, []string{"PATH=/bin"},
+		exitWith(1, trainOOM), exitWith(0, classify.Verdict{}))
+	lt.pjob.Env = []string{"PATH=/bin"} // blind to the injection
+	if code := lt.loadPolicy(lt.status); code != 0 {
+		t.Fatal(code)
+	}
+	if code := lt.attempts(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
+	}
+	if got, want := lt.plans[1].argv, []string{"train.py", "--batch-size", "4"}; !slices.Equal(got, want) {
+		t.Errorf("attempt 2: %q, want %q", got, want)
+	}
+	wantContains(t, "stderr", lt.stderr.String(),
+		"rule train-oom step 1 (PYTORCH_CUDA_ALLOC_CONF unset→expandable_segments:True) would relaunch the job unchanged: trying the rule's next step",
+		"attempt 1 died of GPU OOM in training → rule train-oom step 2: batch_size 8→4")
+	if st := lt.state(t); st.Policies.Relaunches != 1 {
+		t.Errorf("relaunches counted %d, want 1", st.Policies.Relaunches)
+	}
+}
+
+// No built-in preset relaunches a job unchanged: for each failure a preset
+// handles, every relaunch it decides, step after step until it gives up,
+// changes the next attempt's command, environment or derived configs (a
+// retry, which changes nothing on purpose, aside).
+func TestNoPresetRelaunchesUnchanged(t *testing.T) {
+	commands := map[string][]string{
+		"argparse":    {"python", "train.py", "--batch-size", "64", "--grad-accum", "1", "--val-batch-size", "32", "--num-workers", "8"},
+		"lightning":   {"python", "main.py", "fit", "--data.batch_size", "64", "--data.num_workers", "8"},
+		"huggingface": {"torchrun", "--nproc_per_node", "2", "run_clm.py", "--output_dir", "out", "--per_device_train_batch_size", "16"},
+		"ultralytics": {"yolo", "train", "model=yolo11n.pt", "data=coco8.yaml", "batch=32", "workers=8"},
+		"hydra":       {"python", "src/train.py", "data.batch_size=64", "trainer=gpu"},
+	}
+	failures := map[string]classify.Verdict{
+		"train OOM":     {Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain},
+		"val OOM":       {Kind: classify.KindGPUOOM, Phase: classify.PhaseVal},
+		"fragmentation": {Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain, Fragmentation: true},
+		"host OOM":      {Kind: classify.KindHostOOM, Phase: classify.PhaseTrain},
+		"CPU allocator": {Kind: classify.KindCPUAllocOOM, Phase: classify.PhaseTrain},
+	}
+	for _, name := range presets.Names() {
+		argv, ok := commands[name]
+		if !ok {
+			t.Errorf("preset %s: no command to try it with", name)
+			continue
+		}
+		for fname, v := range failures {
+			t.Run(name+"/"+fname, func(t *testing.T) {
+				lt := newLoopTest(t, "", argv, []string{"PATH=/bin"})
+				lt.cfg.Policy = name
+				if code := lt.loadPolicy(lt.status); code != 0 || lt.pol == nil {
+					t.Fatalf("preset %s: %d\n%s", name, code, lt.stderr.String())
+				}
+				st := lt.state0()
+				for n := 1; n <= 20; n++ {
+					d := lt.pol.Decide(st, policy.Outcome{Verdict: v, Exit: classify.Exit{Code: 1}, Attempt: n})
+					if d.Verb != policy.Relaunch {
+						return
+					}
+					if len(d.Changes) > 0 && !lt.changesLaunch(n+1, st.Values, d.State.Values) {
+						t.Fatalf("attempt %d: rule %s step %d (%v) relaunches the job unchanged", n, d.Rule, d.Step, d.Changes)
+					}
+					st = d.State
+				}
+			})
+		}
+	}
+}
+
+// state0 is the policy state the loop starts from.
+func (lt *loopTest) state0() policy.State { return lt.loop.state.Policies }
