@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,15 +133,7 @@ func (lt *loopTest) checkpointAt(t *testing.T, rel string) string {
 
 func (lt *loopTest) state(t *testing.T) rundir.RunState {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(lt.job.RunDir.Path(), StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st rundir.RunState
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return readState(t, lt.job.RunDir.Path())
 }
 
 const halvePolicy = `version: 1

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
@@ -371,4 +373,18 @@ func (g *gpuguardProc) exitCode(t *testing.T) int {
 		t.Fatalf("gpuguard died of %v; stdout %q stderr %q", ws.Signal(), g.out.String(), g.errb.String())
 	}
 	return ws.ExitStatus()
+}
+
+// readState reads the state.json of the run directory dir.
+func readState(t *testing.T, dir string) rundir.RunState {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st rundir.RunState
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -129,15 +129,7 @@ func (c *slurmCase) events(t *testing.T, runDir, typ string) []map[string]any {
 
 func (c *slurmCase) state(t *testing.T, runDir string) rundir.RunState {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.dir, ".gpuguard", "runs", runDir, StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st rundir.RunState
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return readState(t, filepath.Join(c.dir, ".gpuguard", "runs", runDir))
 }
 
 // requeuePolicy gives the job a minute to exit after the signal: the tests
