@@ -104,6 +104,19 @@ func (w *Writer) Observe(t time.Time, ev record.Event) {
 	}
 }
 
+// Replay takes the events an earlier gpuguard recorded in the run directory
+// (--resume-run, a Slurm requeue), so that the counts cover the whole run;
+// the files are written at the next event.
+func (w *Writer) Replay(entries []record.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range entries {
+		if ev, err := e.Event(); err == nil {
+			w.s.apply(e.Time, ev, statCheckpoint)
+		}
+	}
+}
+
 // statCheckpoint is the modification time of a checkpoint.
 func statCheckpoint(path string) (time.Time, bool) {
 	st, err := os.Stat(path)

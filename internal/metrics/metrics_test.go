@@ -175,3 +175,39 @@ func TestUnwritable(t *testing.T) {
 	}
 	want(t, parse(t, filepath.Join(dir, FileName)), 1, "gpuguard_attempts_total")
 }
+
+// A continued run's metrics count the attempts its earlier gpuguard
+// recorded.
+func TestReplay(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Unix(1_700_000_000, 0)
+	var journal []byte
+	for i, ev := range []record.Event{
+		record.RunStart{RunDir: dir},
+		record.AttemptStart{Attempt: 1},
+		record.AttemptEnd{Attempt: 1, ExitCode: 1, DurationS: 10, Verdict: &classify.Verdict{Kind: classify.KindGPUOOM}},
+		record.Decision{Attempt: 1, Verb: "relaunch"},
+		record.AttemptStart{Attempt: 2},
+		record.AttemptEnd{Attempt: 2, ExitCode: 1, Verdict: &classify.Verdict{Kind: classify.KindGPUOOM}},
+		record.Decision{Attempt: 2, Verb: "give_up"},
+		record.RunEnd{ExitCode: 1},
+	} {
+		journal = append(journal, record.Marshal(t0.Add(time.Duration(i)*time.Second), ev)...)
+	}
+	entries, bad, err := record.Read(strings.NewReader(string(journal)))
+	if err != nil || len(bad) > 0 {
+		t.Fatal(err, bad)
+	}
+	w := New([]string{filepath.Join(dir, FileName)}, nil)
+	w.Replay(entries)
+	w.Observe(t0.Add(time.Hour), record.RunStart{RunDir: dir})
+	w.Observe(t0.Add(time.Hour), record.AttemptStart{Attempt: 3})
+	fams := parse(t, filepath.Join(dir, FileName))
+	want(t, fams, 3, "gpuguard_attempts_total")
+	want(t, fams, 1, "gpuguard_relaunches_total", "cause", "gpu_oom")
+	want(t, fams, 10+2, "gpuguard_relaunch_lost_seconds_total") // attempt 1 whole, and 2 s to attempt 2
+	want(t, fams, 1, "gpuguard_running")
+	if _, ok := value(fams, "gpuguard_exit_code"); ok {
+		t.Error("the earlier gpuguard's exit code is kept")
+	}
+}

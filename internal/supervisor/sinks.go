@@ -1,11 +1,13 @@
 package supervisor
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/gpuguard/gpuguard/internal/metrics"
 	"github.com/gpuguard/gpuguard/internal/notify"
 	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // startSinks makes the run's events reach the notifications (--notify,
@@ -19,7 +21,14 @@ func startSinks(cfg Config, rd *rundir.Dir, status *Status) (stop func()) {
 	if cfg.MetricsFile != "" {
 		paths = append(paths, cfg.MetricsFile)
 	}
-	rd.OnWrite(metrics.New(paths, warn).Observe)
+	m := metrics.New(paths, warn)
+	// A continued run's metrics count what its earlier gpuguards recorded.
+	if f, err := os.Open(filepath.Join(rd.Path(), record.Events)); err == nil {
+		entries, _, _ := record.Read(f)
+		f.Close()
+		m.Replay(entries)
+	}
+	rd.OnWrite(m.Observe)
 	n := notify.Start(notify.Config{URL: cfg.Notify, Command: cfg.NotifyCommand, Warn: warn})
 	rd.OnWrite(n.Observe)
 	return n.Close
