@@ -40,8 +40,8 @@ func cmdWebhook(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // prom FILE NAME [LABEL=VALUE...] VALUE checks, with Prometheus' own text
-// parser, that FILE has a sample of NAME with exactly those labels and that
-// value.
+// parser, that FILE has a sample of NAME with exactly those labels (the run
+// label aside, unless given) and that value.
 func cmdProm(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
 		ts.Fatalf("usage: prom FILE NAME [LABEL=VALUE...] VALUE")
@@ -57,6 +57,7 @@ func cmdProm(ts *testscript.TestScript, neg bool, args []string) {
 	want, err := strconv.ParseFloat(args[len(args)-1], 64)
 	ts.Check(err)
 	labels := args[2 : len(args)-1]
+	withRun := strings.Contains(" "+strings.Join(labels, " "), " run=")
 	fam := fams[args[1]]
 	if fam == nil {
 		ts.Fatalf("%s: no metric %s", args[0], args[1])
@@ -64,7 +65,9 @@ func cmdProm(ts *testscript.TestScript, neg bool, args []string) {
 	for _, m := range fam.GetMetric() {
 		var got []string
 		for _, l := range m.GetLabel() {
-			got = append(got, l.GetName()+"="+l.GetValue())
+			if l.GetName() != "run" || withRun { // every sample names its run
+				got = append(got, l.GetName()+"="+l.GetValue())
+			}
 		}
 		if strings.Join(got, " ") != strings.Join(labels, " ") {
 			continue

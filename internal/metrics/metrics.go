@@ -7,7 +7,9 @@
 //
 // The metrics (docs/notify.md):
 //
-//	gpuguard_run_info{run_dir,command}        1
+// Every sample has the label run: the run directory.
+//
+//	gpuguard_run_info{command}                1
 //	gpuguard_run_start_time_seconds           the latest run_start (Unix time)
 //	gpuguard_running                          1 until the run ends, then 0
 //	gpuguard_exit_code                        gpuguard's exit status, once it ended
@@ -222,29 +224,32 @@ func cause(e record.AttemptEnd) string {
 // render writes the text exposition format.
 func (s *state) render() []byte {
 	var b strings.Builder
+	// Every sample names its run, so that the files of several runs on one
+	// node (node_exporter's textfile collector merges them) never collide.
+	run := "run=" + quote(s.runDir)
 	family := func(name, typ, help string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 	}
 	family("gpuguard_run_info", "gauge", "The run this file describes (always 1).")
-	fmt.Fprintf(&b, "gpuguard_run_info{run_dir=%s,command=%s} 1\n", quote(s.runDir), quote(s.command))
+	fmt.Fprintf(&b, "gpuguard_run_info{%s,command=%s} 1\n", run, quote(s.command))
 	if !s.start.IsZero() {
 		family("gpuguard_run_start_time_seconds", "gauge", "When the run (or its latest resumption) started, Unix time.")
-		fmt.Fprintf(&b, "gpuguard_run_start_time_seconds %s\n", num(float64(s.start.UnixMilli())/1000))
+		fmt.Fprintf(&b, "gpuguard_run_start_time_seconds{%s} %s\n", run, num(float64(s.start.UnixMilli())/1000))
 	}
 	family("gpuguard_running", "gauge", "1 while gpuguard supervises the run, 0 once it ended.")
-	fmt.Fprintf(&b, "gpuguard_running %d\n", b2i(s.running))
+	fmt.Fprintf(&b, "gpuguard_running{%s} %d\n", run, b2i(s.running))
 	if s.ended {
 		family("gpuguard_exit_code", "gauge", "gpuguard's exit status at the run's end.")
-		fmt.Fprintf(&b, "gpuguard_exit_code %d\n", s.exitCode)
+		fmt.Fprintf(&b, "gpuguard_exit_code{%s} %d\n", run, s.exitCode)
 	}
 	family("gpuguard_attempts_total", "counter", "Attempts started.")
-	fmt.Fprintf(&b, "gpuguard_attempts_total %d\n", s.attempts)
+	fmt.Fprintf(&b, "gpuguard_attempts_total{%s} %d\n", run, s.attempts)
 	family("gpuguard_relaunches_total", "counter", "Relaunches, by what the attempt before died of (the classifier's kind; exit: not recognised).")
 	for _, c := range sortedKeys(s.relaunches) {
-		fmt.Fprintf(&b, "gpuguard_relaunches_total{cause=%s} %d\n", quote(c), s.relaunches[c])
+		fmt.Fprintf(&b, "gpuguard_relaunches_total{%s,cause=%s} %d\n", run, quote(c), s.relaunches[c])
 	}
 	family("gpuguard_relaunch_lost_seconds_total", "counter", "Time lost to relaunches: the gap to the next attempt plus the failed attempt's work after the checkpoint resumed from.")
-	fmt.Fprintf(&b, "gpuguard_relaunch_lost_seconds_total %s\n", num(s.lost.Seconds()))
+	fmt.Fprintf(&b, "gpuguard_relaunch_lost_seconds_total{%s} %s\n", run, num(s.lost.Seconds()))
 	family("gpuguard_knob", "gauge", "The value of each numeric knob the current (or next) attempt gets.")
 	for _, k := range sortedKeys(s.knobs) {
 		v := s.knobs[k]
@@ -255,7 +260,7 @@ func (s *state) render() []byte {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "gpuguard_knob{knob=%s} %s\n", quote(k), num(f))
+		fmt.Fprintf(&b, "gpuguard_knob{%s,knob=%s} %s\n", run, quote(k), num(f))
 	}
 	family("gpuguard_peak_memory_bytes", "gauge", "Peak memory of the latest sampled attempt, per phase and device (host: the job's processes, PSS).")
 	keys := make([][2]string, 0, len(s.peaks))
@@ -269,12 +274,12 @@ func (s *state) render() []byte {
 		return keys[i][1] < keys[j][1]
 	})
 	for _, k := range keys {
-		fmt.Fprintf(&b, "gpuguard_peak_memory_bytes{phase=%s,device=%s} %d\n", quote(k[0]), quote(k[1]), s.peaks[k])
+		fmt.Fprintf(&b, "gpuguard_peak_memory_bytes{%s,phase=%s,device=%s} %d\n", run, quote(k[0]), quote(k[1]), s.peaks[k])
 	}
 	if len(s.capacity) > 0 {
 		family("gpuguard_capacity_bytes", "gauge", "Memory of each GPU the job uses.")
 		for _, d := range sortedKeys(s.capacity) {
-			fmt.Fprintf(&b, "gpuguard_capacity_bytes{device=%s} %d\n", quote(d), s.capacity[d])
+			fmt.Fprintf(&b, "gpuguard_capacity_bytes{%s,device=%s} %d\n", run, quote(d), s.capacity[d])
 		}
 	}
 	return []byte(b.String())

@@ -31,25 +31,31 @@ func parse(t *testing.T, path string) map[string]*dto.MetricFamily {
 }
 
 // value is the value of the sample of family name whose labels are labels
-// (name=value pairs); ok false when there is none.
+// (name=value pairs; the run label is left out of the comparison unless
+// labels name it); ok false when there is none.
 func value(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
 	fam := fams[name]
 	if fam == nil {
 		return 0, false
 	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	_, withRun := want["run"]
 next:
 	for _, m := range fam.GetMetric() {
-		if len(m.GetLabel()) != len(labels)/2 {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			if l.GetName() != "run" || withRun {
+				got[l.GetName()] = l.GetValue()
+			}
+		}
+		if len(got) != len(want) {
 			continue
 		}
-		for i := 0; i < len(labels); i += 2 {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-					found = true
-				}
-			}
-			if !found {
+		for k, v := range want {
+			if got[k] != v {
 				continue next
 			}
 		}
@@ -114,7 +120,9 @@ func TestRunMetrics(t *testing.T) {
 	}
 	for _, p := range []string{runFile, nodeFile} {
 		fams := parse(t, p)
-		want(t, fams, 1, "gpuguard_run_info", "run_dir", dir, "command", `python train.py --name a "b"`)
+		want(t, fams, 1, "gpuguard_run_info", "run", dir, "command", `python train.py --name a "b"`)
+		want(t, fams, 2, "gpuguard_attempts_total", "run", dir)
+		want(t, fams, 16, "gpuguard_knob", "run", dir, "knob", "batch_size")
 		want(t, fams, 1, "gpuguard_running")
 		want(t, fams, float64(t0.Unix()), "gpuguard_run_start_time_seconds")
 		want(t, fams, 2, "gpuguard_attempts_total")
