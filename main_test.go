@@ -50,6 +50,8 @@ func TestScripts(t *testing.T) {
 			"signal-run": cmdSignalRun,
 			"steps-once": cmdStepsOnce,
 			"journal":    cmdJournal,
+			"webhook":    cmdWebhook,
+			"prom":       cmdProm,
 			"samedigest": cmdSameDigest,
 		},
 	})

@@ -32,6 +32,9 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.BoolFlag{Name: "no-env", Usage: "do not add allocator settings to the command's environment"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the command, environment and derived config the first attempt would get, and what each rule would change; start nothing"},
 			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time the job gets to exit after a stop signal before it is killed"},
+			&cli.StringFlag{Name: "notify", Usage: "POST a JSON document to `URL` at the run's start, each relaunch, give-up and the run's end (docs/notify.md)", EnvVars: []string{"GPUGUARD_NOTIFY"}},
+			&cli.StringFlag{Name: "notify-command", Usage: "run `CMD` (sh -c) with the same JSON on stdin, for mail, chat or a pager", EnvVars: []string{"GPUGUARD_NOTIFY_COMMAND"}},
+			&cli.StringFlag{Name: "metrics-file", Usage: "also keep the run's Prometheus metrics in `PATH` (for node_exporter's textfile collector)", EnvVars: []string{"GPUGUARD_METRICS_FILE"}},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -49,6 +52,10 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				Stdin:     s.In,
 				Stdout:    s.Out,
 				Stderr:    s.ErrOut,
+
+				Notify:        c.String("notify"),
+				NotifyCommand: c.String("notify-command"),
+				MetricsFile:   c.String("metrics-file"),
 			})
 		},
 	}

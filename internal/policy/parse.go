@@ -223,7 +223,7 @@ func (w *walker) fraction(n *yaml.Node, what string) float64 {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
-var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm"}
+var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify"}
 
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
@@ -290,6 +290,9 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["slurm"]; ok {
 		w.slurmSpec(f.val, &p.slurm)
+	}
+	if f, ok := byName["notify"]; ok {
+		w.notifySpec(f.val, &p.notify)
 	}
 	w.crossCheck(p)
 	return p

@@ -40,6 +40,7 @@ type Policy struct {
 	envVars     []string // variables the actions set (action.envVars), first use first
 	ckptPass    pass
 	slurm       Slurm
+	notify      Notify
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

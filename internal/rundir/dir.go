@@ -36,8 +36,9 @@ type Dir struct {
 	glog   *os.File
 	logger *zap.Logger
 
-	mu       sync.Mutex // events
+	mu       sync.Mutex // events, observers
 	eventErr bool
+	onWrite  []func(time.Time, record.Event)
 
 	// warn says, once per file, what could not be written (OnWriteError).
 	warnMu sync.Mutex
@@ -213,17 +214,33 @@ func (r *Dir) LogOffset() int64 { return r.out.Offset() }
 // terminal).
 func (r *Dir) Logger() *zap.Logger { return r.logger }
 
+// OnWrite adds fn to the functions Write calls with each event it records
+// (and the time it was stamped with), in the order of events.jsonl, whether
+// or not the file could be written: notifications and metrics follow the
+// run's events this way. fn runs while Write holds the journal's lock, so
+// it must return quickly (hand slow work to a goroutine) and must not call
+// Write.
+func (r *Dir) OnWrite(fn func(t time.Time, ev record.Event)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onWrite = append(r.onWrite, fn)
+}
+
 // Write appends ev to events.jsonl, stamped with the time (record.Marshal
-// gives the line). Write failures are logged once, never returned: the
-// record must not stop the job.
+// gives the line), and passes it to the OnWrite functions. Write failures
+// are logged once, never returned: the record must not stop the job.
 func (r *Dir) Write(ev record.Event) {
-	line := record.Marshal(time.Now(), ev)
+	now := time.Now()
+	line := record.Marshal(now, ev)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.events.Write(line); err != nil && !r.eventErr {
 		r.eventErr = true
 		r.logger.Error("writing events.jsonl failed; the run record is incomplete", zap.Error(err))
 		r.writeFailed(record.Events, err)
+	}
+	for _, fn := range r.onWrite {
+		fn(now, ev)
 	}
 }
 

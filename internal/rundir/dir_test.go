@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
@@ -195,5 +196,39 @@ func TestLoggerWritesJSONToFileOnly(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(rd.Path(), record.GpuguardLog))
 	if n := bytes.Count(data, []byte(`"msg":"hello"`)); n != 2 {
 		t.Errorf("gpuguard.log has %d entries: %q", n, data)
+	}
+}
+
+// OnWrite's functions see every event Write records, in the journal's order,
+// with the time the journal line carries.
+func TestOnWrite(t *testing.T) {
+	rd, err := Create(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var stamps []string
+	rd.OnWrite(func(ts time.Time, ev record.Event) {
+		got = append(got, ev.EventType())
+		stamps = append(stamps, ts.Format(time.RFC3339Nano))
+	})
+	second := 0
+	rd.OnWrite(func(time.Time, record.Event) { second++ })
+	rd.Write(record.RunStart{Argv: []string{"x"}})
+	rd.Write(record.AttemptStart{Attempt: 1})
+	rd.Write(record.RunEnd{ExitCode: 0})
+	rd.Close()
+	if strings.Join(got, " ") != "run_start attempt_start run_end" || second != 3 {
+		t.Fatalf("observed %v, second %d", got, second)
+	}
+	data, err := os.ReadFile(filepath.Join(rd.Path(), record.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var ev struct{ Time string }
+		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Time != stamps[i] {
+			t.Errorf("line %d time %q, observer saw %q (%v)", i+1, ev.Time, stamps[i], err)
+		}
 	}
 }

@@ -17,6 +17,10 @@ type Config struct {
 	DryRun    bool          // print what the first attempt would get, start nothing
 	Grace     time.Duration // time between the polite signal and SIGKILL when stopping the job
 
+	Notify        string // POST the run's notifications to this URL (notify package)
+	NotifyCommand string // run `sh -c` this with each notification on stdin
+	MetricsFile   string // also write metrics.prom here (node_exporter's textfile collector)
+
 	Stdin  *os.File
 	Stdout *os.File
 	Stderr io.Writer

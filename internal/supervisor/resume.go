@@ -51,6 +51,9 @@ func (l *loop) loadPolicy(status *Status) int {
 		return ExitConfig
 	}
 	l.pol = pol
+	if n := pol.Notify(); l.cfg.Notify == "" && l.cfg.NotifyCommand == "" { // the flags replace the policy's notify:
+		l.cfg.Notify, l.cfg.NotifyCommand = n.URL, n.Command
+	}
 	l.state = rundir.RunState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
 	return 0
 }

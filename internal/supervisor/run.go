@@ -40,6 +40,8 @@ type Job struct {
 	Signals *Signals
 	Logger  *zap.Logger
 	Term    *os.File // the terminal the pty's size follows, if any
+
+	stopSinks func() // notifications and metrics (sinks.go)
 }
 
 // prepare resolves cfg (launch mode, environment, run directory), prints the
@@ -95,6 +97,7 @@ func prepare(cfg Config) (*Job, int) {
 	}
 	rd.OnWriteError(func(msg string) { status.Printf("%s", msg) })
 	j := &Job{Cfg: cfg, PTY: usePTY, Env: env, RunDir: rd, Status: status, Logger: rd.Logger()}
+	j.stopSinks = startSinks(cfg, rd, status)
 	for _, f := range []*os.File{cfg.Stdout, fileOf(cfg.Stderr), cfg.Stdin} {
 		if isTerminal(f) {
 			j.Term = f
@@ -246,6 +249,9 @@ func (j *Job) Finish(code int) {
 // Close stops signal forwarding and closes the run directory.
 func (j *Job) Close() {
 	j.Signals.Stop()
+	if j.stopSinks != nil {
+		j.stopSinks()
+	}
 	if err := j.RunDir.Close(); err != nil {
 		j.Status.Printf("%s is incomplete: %v", filepath.Join(j.RunDir.Path(), OutputLogName), err)
 	}
