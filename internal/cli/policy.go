@@ -105,7 +105,7 @@ func newPolicyInitCmd(s Streams, runF func(*policyInitOptions) error) *cli.Comma
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "print a commented starter policy for a command",
-		ArgsUsage: "-- COMMAND [ARGS...]",
+		UsageText: "gpuguard policy init -- COMMAND [ARGS...]",
 		Action: func(c *cli.Context) error {
 			argv := c.Args().Slice()
 			if len(argv) > 0 && argv[0] == "--" {
