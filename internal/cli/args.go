@@ -164,6 +164,9 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 	if len(rest) == 0 {
 		return out, nil
 	}
+	if rest[0] == completeCommand {
+		return args, nil // the words typed so far, as they are
+	}
 	if rest[0] == "help" {
 		// gpuguard help [COMMAND [SUBCOMMAND]]: that command's --help.
 		topic := rest[1:]

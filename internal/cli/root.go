@@ -44,7 +44,9 @@ func Main(args []string, s Streams, version string) int {
 		newDoctorCmd(s, nil),
 		newPolicyCmd(s),
 		newVersionCmd(s, version),
+		newCompletionCmd(s),
 	)
+	app.Commands = append(app.Commands, newCompleteCmd(s, func() []*cli.Command { return app.Commands }))
 	return exitStatus(runApp(app, args), s.ErrOut)
 }
 

@@ -97,9 +97,9 @@ func TestUsageErrors(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"rnu", "--", "python", "train.py"}, "gpuguard: unknown command \"rnu\" (did you mean \"run\"?)\n" +
-			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, help\n"},
+			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
 		{[]string{"frobnicate"}, "gpuguard: unknown command \"frobnicate\"\n" +
-			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, help\n"},
+			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
 		{[]string{"run", "--polcy", "p.yaml", "--", "python", "train.py"}, "gpuguard run: unknown flag --polcy (did you mean \"--policy\"?)\n" +
 			"usage: gpuguard run [flags] -- COMMAND [ARGS...]\n"},
 		{[]string{"report", "--nope", "rd"}, "gpuguard report: unknown flag --nope\n" +
@@ -107,9 +107,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"policy", "chek", "p.yaml"}, "gpuguard policy: unknown subcommand of policy \"chek\" (did you mean \"check\"?)\n" +
 			"usage: gpuguard policy check|init|list ...\n"},
 		{[]string{"--verison"}, "gpuguard: unknown flag --verison (did you mean \"--version\"?)\n" +
-			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, help\n"},
+			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
 		{[]string{"help", "nosuch"}, "gpuguard: unknown command \"nosuch\"\n" +
-			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, help\n"},
+			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
 		{[]string{"run", "--grace", "soon", "--", "true"}, "gpuguard run: invalid value \"soon\" for flag -grace: parse error\n" +
 			"usage: gpuguard run [flags] -- COMMAND [ARGS...]\n"},
 	} {
