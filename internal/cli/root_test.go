@@ -183,7 +183,8 @@ func TestVersion(t *testing.T) {
 	}
 	for _, tc := range []struct{ x, want string }{
 		{"dev", "gpuguard v0.4.0 (revision 0123456789ab, modified, go1.26.8)"},
-		{"v1.2.3", "gpuguard v1.2.3 (revision 0123456789ab, modified, go1.26.8)"},
+		{"v1.2.3", "gpuguard v1.2.3 (module v0.4.0, revision 0123456789ab, modified, go1.26.8)"},
+		{"v0.4.0", "gpuguard v0.4.0 (revision 0123456789ab, modified, go1.26.8)"},
 	} {
 		if got := versionString(tc.x, info); got != tc.want {
 			t.Errorf("versionString(%q) = %q, want %q", tc.x, got, tc.want)

@@ -25,11 +25,13 @@ func newVersionCmd(s Streams, version string) *cli.Command {
 // readBuildInfo is debug.ReadBuildInfo; tests replace it.
 var readBuildInfo = debug.ReadBuildInfo
 
-// versionString is the one version line: "gpuguard VERSION (revision REV,
-// modified, goX.Y.Z)". VERSION is the one set with -ldflags "-X
-// main.version=..." when set, else the module's version as `go install`
-// records it, else "devel"; the revision and whether the tree was modified
-// are what the go command recorded from git.
+// versionString is the one version line: "gpuguard VERSION (module MODVER,
+// revision REV, modified, goX.Y.Z)". VERSION is the one set with -ldflags
+// "-X main.version=..." when set, else the module's version as the go
+// command recorded it (`go install ...@v1.2.3`, or a pseudo-version from
+// the repository's tags), else "devel"; MODVER is that module version when
+// it differs from VERSION; the revision and whether the tree was modified
+// are what the go command recorded from git (not with -buildvcs=false).
 func versionString(version string, info func() (*debug.BuildInfo, bool)) string {
 	var extra []string
 	bi, ok := info()
@@ -40,6 +42,9 @@ func versionString(version string, info func() (*debug.BuildInfo, bool)) string 
 		}
 	}
 	goVersion := runtime.Version()
+	if ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" && bi.Main.Version != version {
+		extra = append(extra, "module "+bi.Main.Version)
+	}
 	if ok {
 		settings := map[string]string{}
 		for _, s := range bi.Settings {
