@@ -314,17 +314,21 @@ func procUser(dir string) string {
 	return ""
 }
 
+// runWithoutGPU is what doctor says where it finds no GPU to sample.
+const runWithoutGPU = "  gpuguard run works without a GPU all the same: it runs the job, keeps its log, and recognises and recovers\n" +
+	"  out-of-memory failures from the job's output; only the GPU memory samples (report's plot, peaks) are missing"
+
 // writeText prints the report for people.
 func writeText(w io.Writer, r *report) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	if !r.NVML.Available {
 		p("GPUs: not available: %s", r.NVML.Why)
-		p("  gpuguard run works without a GPU all the same: it runs the job, keeps its log, and recognises and recovers")
-		p("  out-of-memory failures from the job's output; only the GPU memory samples (report's plot, peaks) are missing")
+		p("%s", runWithoutGPU)
 	} else {
 		p("GPUs: driver %s, CUDA %s, NVML %s", orDash(r.NVML.Driver), orDash(r.NVML.CUDADriver), orDash(r.NVML.NVMLVersion))
 		if len(r.NVML.GPUs) == 0 {
 			p("  NVML lists no GPU")
+			p("%s", runWithoutGPU)
 		}
 		for _, g := range r.NVML.GPUs {
 			use := "      "
