@@ -13,8 +13,9 @@ func newDoctorCmd(s Streams, runF func(doctor.Options) error) *cli.Command {
 		runF = doctor.Command
 	}
 	return &cli.Command{
-		Name:  "doctor",
-		Usage: "check GPUs, who holds their memory, host and cgroup memory, Slurm context, allocator settings",
+		Name:      "doctor",
+		UsageText: "gpuguard doctor [--json]",
+		Usage:     "check GPUs, who holds their memory, host and cgroup memory, Slurm context, allocator settings",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"os"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpuguard/gpuguard/internal/explain"
 )
 
-// newExplainCmd is `gpuguard explain [--json] LOG|RUN_DIR...`. runF does the
+// newExplainCmd is `gpuguard explain [--json] LOG|RUN_DIR|latest...`
+// ("latest" is the newest run under .gpuguard/runs). runF does the
 // work; nil means explain.Command.
 func newExplainCmd(s Streams, runF func(explain.Options) error) *cli.Command {
 	if runF == nil {
@@ -15,16 +18,27 @@ func newExplainCmd(s Streams, runF func(explain.Options) error) *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say what a log shows: out-of-memory kind, phase, numbers, and what to change",
-		ArgsUsage: "LOG|RUN_DIR... (- for stdin; a run directory is explained attempt by attempt)",
+		UsageText: "gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin; a run directory is explained attempt by attempt)",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per log (per attempt for a run directory)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
-				return usageError("no log given; usage: gpuguard explain [--json] LOG|RUN_DIR... (- for stdin)")
+				return usageError("no log given; usage: gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin)")
+			}
+			paths := c.Args().Slice()
+			wd, _ := os.Getwd()
+			for i, p := range paths {
+				if p == Latest {
+					dir, err := resolveRun(p, wd)
+					if err != nil {
+						return err
+					}
+					paths[i] = dir
+				}
 			}
 			return runF(explain.Options{
-				Paths: c.Args().Slice(), JSON: c.Bool("json"),
+				Paths: paths, JSON: c.Bool("json"),
 				Stdin: s.In, Stdout: s.Out, Stderr: s.ErrOut,
 			})
 		},

@@ -34,7 +34,7 @@ func TestExplainArgs(t *testing.T) {
 		}
 	}
 	r := gpuguard(t, "explain", "--json")
-	if r.code != 64 || r.stderr != "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG|RUN_DIR... (- for stdin)\n" {
+	if r.code != 64 || r.stderr != "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin)\n" {
 		t.Errorf("no log: %+v", r)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -35,8 +37,8 @@ type policyCheckOptions struct {
 	ErrOut io.Writer
 }
 
-// newPolicyCheckCmd is `gpuguard policy check FILE|PRESET`. runF does the
-// work; nil means policyCheckRun.
+// newPolicyCheckCmd is `gpuguard policy check [FILE|PRESET]`; without one it
+// checks ./gpuguard.yaml. runF does the work; nil means policyCheckRun.
 func newPolicyCheckCmd(s Streams, runF func(*policyCheckOptions) error) *cli.Command {
 	if runF == nil {
 		runF = policyCheckRun
@@ -44,28 +46,56 @@ func newPolicyCheckCmd(s Streams, runF func(*policyCheckOptions) error) *cli.Com
 	return &cli.Command{
 		Name:      "check",
 		Usage:     "validate a policy file or preset",
-		ArgsUsage: "FILE|PRESET",
+		UsageText: "gpuguard policy check [FILE|PRESET] (default ./gpuguard.yaml)",
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError("give one policy file; usage: gpuguard policy check FILE")
+			if c.NArg() > 1 {
+				return usageError("give one policy file; usage: gpuguard policy check [FILE|PRESET]")
 			}
 			wd, _ := os.Getwd()
-			return runF(&policyCheckOptions{Path: c.Args().First(), Dir: wd, Out: s.Out, ErrOut: s.ErrOut})
+			path := c.Args().First()
+			if path == "" {
+				path = defaultPolicy(wd)
+				if path == "" {
+					return &exitcode.Error{Code: exitcode.NoInput,
+						Msg: "no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: " + strings.Join(presets.Names(), ", ") + ")"}
+				}
+			}
+			return runF(&policyCheckOptions{Path: path, Dir: wd, Out: s.Out, ErrOut: s.ErrOut})
 		},
 	}
 }
 
+// defaultPolicy is the policy file `policy check` checks when none is
+// named: ./gpuguard.yaml (or ./gpuguard.yml), or "" when there is none.
+func defaultPolicy(dir string) string {
+	for _, name := range []string{"gpuguard.yaml", "gpuguard.yml"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return "./" + name
+		}
+	}
+	return ""
+}
+
 // policyCheckRun validates a policy file (or preset). A valid one gets a
 // one-paragraph summary on stdout. An invalid one gets every problem on
-// stderr as "file:line:col: message" and exit status Config (78), as does a
-// file that cannot be read.
+// stderr as "file:line:col: message" and exit status Config (78). A file
+// that does not exist or cannot be read is NoInput (66).
 func policyCheckRun(o *policyCheckOptions) error {
 	filename, data, err := presets.Load(o.Path, o.Dir)
 	if err == nil && filename == "" {
 		err = errors.New("no policy given")
 	}
 	if err != nil {
-		return &exitcode.Error{Code: exitcode.Config, Err: err}
+		code := exitcode.Config
+		path := o.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(o.Dir, path)
+		}
+		var pathErr *fs.PathError
+		if _, serr := os.Stat(path); errors.As(err, &pathErr) || errors.Is(serr, fs.ErrNotExist) {
+			code = exitcode.NoInput
+		}
+		return &exitcode.Error{Code: code, Err: err}
 	}
 	p, err := policy.Parse(filename, data)
 	if err != nil {
@@ -105,7 +135,7 @@ func newPolicyInitCmd(s Streams, runF func(*policyInitOptions) error) *cli.Comma
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "print a commented starter policy for a command",
-		ArgsUsage: "-- COMMAND [ARGS...]",
+		UsageText: "gpuguard policy init -- COMMAND [ARGS...]",
 		Action: func(c *cli.Context) error {
 			argv := c.Args().Slice()
 			if len(argv) > 0 && argv[0] == "--" {

@@ -61,16 +61,31 @@ func TestCheckErrors(t *testing.T) {
 		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
 	}
 	r = gpuguard(t, "policy", "check", filepath.Join(dir, "none.yaml"))
-	if r.code != 78 || !strings.Contains(r.stderr, "no such file") {
+	if r.code != 66 || !strings.Contains(r.stderr, "no such file") {
 		t.Errorf("missing file: %d %q", r.code, r.stderr)
 	}
 	want = "gpuguard policy check: reading policy file: open " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"
 	if r.stderr != want {
 		t.Errorf("missing file: stderr %q, want %q", r.stderr, want)
 	}
+	r = gpuguard(t, "policy", "check", "a.yaml", "b.yaml")
+	if r.code != 64 || r.stderr != "gpuguard policy check: give one policy file; usage: gpuguard policy check [FILE|PRESET]\n" {
+		t.Errorf("two files: %+v", r)
+	}
+	// No file named: ./gpuguard.yaml.
+	t.Chdir(dir)
 	r = gpuguard(t, "policy", "check")
-	if r.code != 64 || r.stderr != "gpuguard policy check: give one policy file; usage: gpuguard policy check FILE\n" {
+	if r.code != 66 || r.stderr != "gpuguard policy check: no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: argparse, huggingface, hydra, lightning, ultralytics)\n" {
 		t.Errorf("no file: %+v", r)
+	}
+	write(t, filepath.Join(dir, "gpuguard.yaml"), "version: 1\nknobs:\n  bs: {flag: --bs}\nrules:\n  - name: r\n    when: {kind: gpu_oom}\n    steps: [{halve: bs}]\n")
+	r = gpuguard(t, "policy", "check")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, filepath.Join(dir, "gpuguard.yaml")+": valid") {
+		t.Errorf("./gpuguard.yaml: %+v", r)
+	}
+	// A name that is neither a file nor a preset cannot be read either.
+	if r = gpuguard(t, "policy", "check", "lightnin"); r.code != 66 || !strings.Contains(r.stderr, `(did you mean "lightning"?)`) {
+		t.Errorf("neither file nor preset: %+v", r)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 )
 
 func TestReportArgs(t *testing.T) {
-	const usage = "; usage: gpuguard report [--json] [--plot FILE] RUN_DIR\n"
+	const usage = "; usage: gpuguard report [--json] [--plot FILE] [RUN_DIR|latest]\n"
 	for _, tc := range []struct {
 		args       []string
 		want       *report.Options
@@ -19,9 +20,9 @@ func TestReportArgs(t *testing.T) {
 	}{
 		{[]string{"rd"}, &report.Options{RunDir: "rd"}, "gpuguard report: rd: no event\n"},
 		{[]string{"--json", "--plot", "m.png", "rd"}, &report.Options{RunDir: "rd", JSON: true, Plot: "m.png"}, "gpuguard report: rd: no event\n"},
-		{nil, nil, "gpuguard report: give one run directory" + usage},
 		{[]string{"a", "b"}, nil, "gpuguard report: give one run directory" + usage},
-		{[]string{"rd", "--plot", "m.png"}, nil, "gpuguard report: give one run directory (flags go before RUN_DIR)" + usage},
+		{[]string{"rd", "--plot", "m.png"}, &report.Options{RunDir: "rd", Plot: "m.png"}, "gpuguard report: rd: no event\n"},
+		{[]string{"rd", "--json"}, &report.Options{RunDir: "rd", JSON: true}, "gpuguard report: rd: no event\n"},
 	} {
 		var got *report.Options
 		r := gpuguardWith(t, func(s Streams) *cli.Command {
@@ -40,6 +41,29 @@ func TestReportArgs(t *testing.T) {
 		}
 		if r.code != wantCode || r.stderr != tc.wantStderr || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("report %q: %+v, options %+v; want exit %d, %q, %+v", tc.args, r, got, wantCode, tc.wantStderr, tc.want)
+		}
+	}
+}
+
+// "latest", or no run directory, is the newest run under .gpuguard/runs.
+func TestReportLatest(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var got []string
+	newCmd := func(s Streams) *cli.Command {
+		return newReportCmd(s, func(o report.Options) error { got = append(got, o.RunDir); return nil })
+	}
+	r := gpuguardWith(t, newCmd, "report")
+	if r.code != 66 || r.stderr != "gpuguard report: no run directory under .gpuguard/runs here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND`\n" {
+		t.Errorf("no run: %+v", r)
+	}
+	for _, name := range []string{"20261125-091500-aaaaaa", "20261125-101500-000000", "20261124-235959-ffffff"} {
+		write(t, filepath.Join(dir, ".gpuguard/runs", name, "events.jsonl"), "{}\n")
+	}
+	for _, args := range [][]string{{"report"}, {"report", "latest"}, {"report", "--json", "latest"}} {
+		got = nil
+		if r := gpuguardWith(t, newCmd, args...); r.code != 0 || len(got) != 1 || got[0] != ".gpuguard/runs/20261125-101500-000000" {
+			t.Errorf("%q: %+v, run dir %q", args, r, got)
 		}
 	}
 }

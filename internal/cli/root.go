@@ -44,8 +44,19 @@ func Main(args []string, s Streams, version string) int {
 		newDoctorCmd(s, nil),
 		newPolicyCmd(s),
 		newVersionCmd(s, version),
+		newCompletionCmd(s),
 	)
-	return exitStatus(app.Run(args), s.ErrOut)
+	app.Commands = append(app.Commands, newCompleteCmd(s, func() []*cli.Command { return app.Commands }))
+	return exitStatus(runApp(app, args), s.ErrOut)
+}
+
+// runApp checks args and puts them in order (normalize), then runs app.
+func runApp(app *cli.App, args []string) error {
+	norm, err := normalize(args, app.Commands)
+	if err != nil {
+		return err
+	}
+	return app.Run(norm)
 }
 
 // newApp assembles the commands into the gpuguard command line.
@@ -54,7 +65,7 @@ func newApp(s Streams, version string, cmds ...*cli.Command) *cli.App {
 	return &cli.App{
 		Name:      "gpuguard",
 		Usage:     "run a training job, recover it from out-of-memory failures",
-		Version:   version,
+		Version:   versionString(version, readBuildInfo),
 		Writer:    s.Out,
 		ErrWriter: s.ErrOut,
 		// Errors become exit statuses in exitStatus, never in urfave/cli
@@ -81,6 +92,8 @@ func (e *commandError) Unwrap() error { return e.err }
 func nameErrors(parent string, cmds []*cli.Command) {
 	for _, cmd := range cmds {
 		name := strings.TrimSpace(parent + " " + cmd.Name)
+		cmd.OnUsageError = usageFailure(name, cmd)
+		cmd.HideHelpCommand = true
 		if action := cmd.Action; action != nil {
 			cmd.Action = func(c *cli.Context) error {
 				if err := action(c); err != nil {
@@ -100,15 +113,25 @@ func nameErrors(parent string, cmds []*cli.Command) {
 //     status the error carries (exitcode.Of: 70 for one that carries none).
 //     An error that carries a status only (exitcode.Status: the job's own
 //     status, or a failure the command has reported itself) prints nothing;
-//   - urfave/cli's own errors (unknown flag, bad flag value): "gpuguard:
-//     message" and 64; those that carry a status (help on an unknown topic)
-//     exit with it, having said nothing.
+//   - a command line gpuguard cannot follow (an unknown command or flag, a
+//     flag's value that does not parse): "gpuguard[ COMMAND]: message", the
+//     usage line, and 64;
+//   - urfave/cli's other errors: "gpuguard: message" and 64; those that
+//     carry a status exit with it, having said nothing.
 func exitStatus(err error, stderr io.Writer) int {
 	var cmdErr *commandError
+	var argsErr *argsError
 	var coder cli.ExitCoder
 	switch {
 	case err == nil:
 		return exitcode.OK
+	case errors.As(err, &argsErr):
+		prefix := "gpuguard"
+		if argsErr.command != "" {
+			prefix += " " + argsErr.command
+		}
+		fmt.Fprintf(stderr, "%s: %s\nusage: %s\n", prefix, argsErr.msg, argsErr.usage)
+		return exitcode.Usage
 	case errors.As(err, &cmdErr):
 		if !exitcode.Silent(cmdErr.err) {
 			fmt.Fprintf(stderr, "gpuguard %s: %v\n", cmdErr.command, cmdErr.err)

@@ -18,7 +18,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run a command under gpuguard",
-		ArgsUsage: "[flags] -- COMMAND [ARGS...]",
+		UsageText: "gpuguard run [flags] -- COMMAND [ARGS...]",
 		Description: "Starts COMMAND with allocator settings, shows its output live, keeps a log in the\n" +
 			"run directory, and when it dies of out-of-memory applies the policy and relaunches it\n" +
 			"from its last checkpoint. Exit status: the command's own, or 128+N when it died of\n" +

@@ -39,12 +39,16 @@ type report struct {
 	NVML      gpuFacts           `json:"nvml"`
 	Host      *procfs.HostSample `json:"host,omitempty"`
 	HostError string             `json:"host_error,omitempty"`
-	Slurm     *slurmenv.Context  `json:"slurm,omitempty"`
+	// Slurm is null outside a Slurm job.
+	Slurm *slurmenv.Context `json:"slurm"`
 	// Env holds the allocator and device-selection variables that are set.
 	Env map[string]string `json:"env"`
+	// AllocConf lists what PyTorch would reject in the allocator variables
+	// (allocConfVars): the reason doctor exits 78.
+	AllocConf []string `json:"allocator_problems"`
 	// Busy lists the GPUs the job will use that are already mostly taken:
 	// the reason doctor exits 1.
-	Busy []string `json:"busy,omitempty"`
+	Busy []string `json:"busy"`
 }
 
 // gpuFacts is what NVML says about the machine's GPUs.
@@ -54,7 +58,7 @@ type gpuFacts struct {
 	Driver      string   `json:"driver,omitempty"`
 	NVMLVersion string   `json:"nvml_version,omitempty"`
 	CUDADriver  string   `json:"cuda_driver,omitempty"` // "12.4"
-	GPUs        []device `json:"gpus,omitempty"`
+	GPUs        []device `json:"gpus"`                  // [] when none
 }
 
 // device is one physical GPU.
@@ -67,10 +71,10 @@ type device struct {
 	UsedFrac   float64 `json:"used_fraction"`
 	// MIG is "enabled", "disabled" or "" (not supported).
 	MIG        string      `json:"mig,omitempty"`
-	MIGDevices []migDevice `json:"mig_devices,omitempty"`
+	MIGDevices []migDevice `json:"mig_devices"`
 	// JobWillUse: CUDA_VISIBLE_DEVICES (of doctor's environment) selects it.
 	JobWillUse bool      `json:"job_will_use"`
-	Processes  []process `json:"processes,omitempty"`
+	Processes  []process `json:"processes"`
 	Error      string    `json:"error,omitempty"`
 }
 
@@ -120,11 +124,14 @@ type inputs struct {
 	gpus     func(env []string, procRoot string) gpuFacts
 }
 
-// Command runs `gpuguard doctor`. Its error carries exit status 1
+// Command runs `gpuguard doctor`. Its error carries exit status 78
+// (exitcode.Config) when an allocator variable holds what PyTorch would
+// reject (a misspelt option, a value it does not take), else 1
 // (exitcode.Busy) when a GPU the job will use (CUDA_VISIBLE_DEVICES of this
 // environment) already has more than half of its memory in use, the output
 // having said so; there is none when there is no GPU or NVML cannot be used
-// (the output says why).
+// (the output says why, and that `gpuguard run` works all the same). Its
+// JSON has every key always: empty lists for none, null for no Slurm job.
 func Command(o Options) error {
 	return run(o, inputs{procRoot: "/proc", env: os.Environ(), selfPID: os.Getpid(), gpus: nvmlFacts})
 }
@@ -133,10 +140,19 @@ func run(o Options, in inputs) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
 	}
-	rep := report{Env: map[string]string{}}
+	rep := report{Env: map[string]string{}, AllocConf: []string{}, Busy: []string{}}
 	rep.NVML = in.gpus(in.env, in.procRoot)
+	if rep.NVML.GPUs == nil {
+		rep.NVML.GPUs = []device{}
+	}
 	for i := range rep.NVML.GPUs {
 		g := &rep.NVML.GPUs[i]
+		if g.Processes == nil {
+			g.Processes = []process{}
+		}
+		if g.MIGDevices == nil {
+			g.MIGDevices = []migDevice{}
+		}
 		for j := range g.Processes {
 			describeProcess(in.procRoot, &g.Processes[j])
 		}
@@ -165,6 +181,11 @@ func run(o Options, in inputs) error {
 			rep.Env[k] = v
 		}
 	}
+	for _, k := range allocConfVars {
+		if v, ok := envlist.Lookup(in.env, k); ok {
+			rep.AllocConf = append(rep.AllocConf, allocConfProblems(k, v)...)
+		}
+	}
 	if o.JSON {
 		enc := json.NewEncoder(o.Stdout)
 		enc.SetIndent("", "  ")
@@ -174,7 +195,10 @@ func run(o Options, in inputs) error {
 	} else {
 		writeText(o.Stdout, &rep)
 	}
-	if len(rep.Busy) > 0 {
+	switch {
+	case len(rep.AllocConf) > 0:
+		return exitcode.Status(exitcode.Config)
+	case len(rep.Busy) > 0:
 		return exitcode.Status(exitcode.Busy)
 	}
 	return nil
@@ -290,15 +314,21 @@ func procUser(dir string) string {
 	return ""
 }
 
+// runWithoutGPU is what doctor says where it finds no GPU to sample.
+const runWithoutGPU = "  gpuguard run works without a GPU all the same: it runs the job, keeps its log, and recognises and recovers\n" +
+	"  out-of-memory failures from the job's output; only the GPU memory samples (report's plot, peaks) are missing"
+
 // writeText prints the report for people.
 func writeText(w io.Writer, r *report) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	if !r.NVML.Available {
 		p("GPUs: not available: %s", r.NVML.Why)
+		p("%s", runWithoutGPU)
 	} else {
 		p("GPUs: driver %s, CUDA %s, NVML %s", orDash(r.NVML.Driver), orDash(r.NVML.CUDADriver), orDash(r.NVML.NVMLVersion))
 		if len(r.NVML.GPUs) == 0 {
 			p("  NVML lists no GPU")
+			p("%s", runWithoutGPU)
 		}
 		for _, g := range r.NVML.GPUs {
 			use := "      "
@@ -369,6 +399,9 @@ func writeText(w io.Writer, r *report) {
 		for _, k := range keys {
 			p("  %s=%s", k, r.Env[k])
 		}
+	}
+	for _, a := range r.AllocConf {
+		p("PROBLEM: %s", a)
 	}
 	for _, b := range r.Busy {
 		p("PROBLEM: %s: the job would start short of memory; wait for it, pick another GPU with CUDA_VISIBLE_DEVICES, or stop what holds it (see above)", b)

@@ -71,3 +71,62 @@ func TestDescribeProcessNotVisible(t *testing.T) {
 		t.Errorf("%+v", self)
 	}
 }
+
+// What PyTorch's allocator would reject is reported, with what was meant.
+func TestAllocConfProblems(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{"expandable_segments:True", ""},
+		{"expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6", ""},
+		{"roundup_power2_divisions:[256:1,512:2,>:4],backend:cudaMallocAsync", ""},
+		{"roundup_power2_divisions:4, pinned_num_register_threads:8,", ""},
+		{"expandable_segment:True", `X=expandable_segment:True: unknown option "expandable_segment" (did you mean "expandable_segments"?); PyTorch rejects it at its first CUDA allocation`},
+		{"expandable_segments:true", `X=expandable_segments:true: expandable_segments must be True or False (capitalised), not "true"`},
+		{"max_split_size_mb:16", `X=max_split_size_mb:16: max_split_size_mb must be a whole number above 20, not "16"`},
+		{"garbage_collection_threshold:1.5", `X=garbage_collection_threshold:1.5: garbage_collection_threshold must be a number between 0 and 1 (exclusive), not "1.5"`},
+		{"backend:async", `X=backend:async: backend must be native or cudaMallocAsync, not "async"`},
+		{"expandable_segments", "X=expandable_segments: "},
+		{"roundup_power2_divisions:3", "roundup_power2_divisions must be a power of two"},
+	} {
+		got := strings.Join(allocConfProblems("X", tc.value), "\n")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) && !strings.Contains(got, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.value, got, tc.want)
+		}
+	}
+}
+
+// The JSON has every key, whatever the machine: [] for none, null for no
+// Slurm job; a misspelt allocator option is a problem, and status 78.
+func TestDoctorJSONKeys(t *testing.T) {
+	var out bytes.Buffer
+	err := run(Options{JSON: true, Stdout: &out}, inputs{
+		procRoot: "/proc", selfPID: os.Getpid(),
+		env:  []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segment:True"},
+		gpus: func([]string, string) gpuFacts { return gpuFacts{Why: "no driver"} },
+	})
+	if exitcode.Of(err) != exitcode.Config {
+		t.Errorf("status %d, want 78", exitcode.Of(err))
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	var nvml map[string]json.RawMessage
+	json.Unmarshal(m["nvml"], &nvml)
+	for k, want := range map[string]string{"slurm": "null", "busy": "[]"} {
+		if string(m[k]) != want {
+			t.Errorf("%s: %s, want %s", k, m[k], want)
+		}
+	}
+	if string(nvml["gpus"]) != "[]" {
+		t.Errorf("gpus: %s", nvml["gpus"])
+	}
+	if !strings.Contains(string(m["allocator_problems"]), `unknown option \"expandable_segment\"`) {
+		t.Errorf("allocator_problems: %s", m["allocator_problems"])
+	}
+	out.Reset()
+	run(Options{Stdout: &out}, inputs{procRoot: "/proc", selfPID: os.Getpid(),
+		gpus: func([]string, string) gpuFacts { return gpuFacts{Why: "no driver"} }})
+	if !strings.Contains(out.String(), "gpuguard run works without a GPU") {
+		t.Errorf("no word on run without a GPU:\n%s", out.String())
+	}
+}

@@ -12,6 +12,7 @@ package explain
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -41,7 +42,10 @@ type Options struct {
 // read, even when a log shows a failure; an error with exit status NoInput
 // (package exitcode) when a log is missing or unreadable (the others are
 // still explained, and the message on stderr names the file); an error with
-// status IOErr, saying so, when stdout cannot be written.
+// status DataErr when a log is empty or is not text (an executable, an
+// image), which the classifier would find nothing in, or worse, something;
+// the first failing log's status when several fail; an error with status
+// IOErr, saying so, when stdout cannot be written.
 func Command(o Options) error {
 	if o.Stdout == nil {
 		o.Stdout = io.Discard
@@ -57,7 +61,14 @@ func Command(o Options) error {
 		results, err := explainPath(path, o.Stdin, &stdinUsed)
 		if err != nil {
 			fmt.Fprintf(o.Stderr, "gpuguard explain: %v\n", err)
-			status = exitcode.Status(exitcode.NoInput)
+			if status == nil {
+				code := exitcode.NoInput
+				var coded *exitcode.Error
+				if errors.As(err, &coded) {
+					code = coded.Code
+				}
+				status = exitcode.Status(code)
+			}
 			continue
 		}
 		for _, r := range results {
@@ -95,6 +106,7 @@ type result struct {
 // its events.jsonl says where that attempt's output begins in output.log.
 // A run written before gpuguard recorded those offsets is explained whole.
 func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error) {
+	allowEmpty := false
 	if path != "-" {
 		dir := ""
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -111,9 +123,11 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 				return explainRun(dir, attempts)
 			}
 			path = filepath.Join(dir, record.OutputLog)
+			// A job that printed nothing leaves an empty output.log.
+			allowEmpty = true
 		}
 	}
-	v, err := explainOne(path, stdin, stdinUsed)
+	v, err := explainOne(path, stdin, stdinUsed, allowEmpty)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +208,7 @@ func displayName(path string) string {
 }
 
 // explainOne classifies one log. Its errors name the log and say what to do.
-func explainOne(path string, stdin io.Reader, stdinUsed *bool) (classify.Verdict, error) {
+func explainOne(path string, stdin io.Reader, stdinUsed *bool, allowEmpty bool) (classify.Verdict, error) {
 	var r io.Reader
 	if path == "-" {
 		if stdin == nil {
@@ -226,11 +240,45 @@ func explainOne(path string, stdin io.Reader, stdinUsed *bool) (classify.Verdict
 		defer zr.Close()
 		src = zr
 	}
+	tb := bufio.NewReaderSize(src, 64<<10)
+	head, _ := tb.Peek(8 << 10)
+	if len(head) == 0 && !allowEmpty {
+		return classify.Verdict{}, &exitcode.Error{Code: exitcode.DataErr,
+			Msg: fmt.Sprintf("cannot explain %s: it is empty; name the log of a job that printed something", displayName(path))}
+	}
+	if what := notText(head); what != "" {
+		return classify.Verdict{}, &exitcode.Error{Code: exitcode.DataErr,
+			Msg: fmt.Sprintf("cannot explain %s: it is %s, not a text log; name the file the job's output went to, or a gpuguard run directory", displayName(path), what)}
+	}
+	src = tb
 	v, err := classify.ClassifyReader(src, classify.ClassifierOptions{})
 	if err != nil {
 		return classify.Verdict{}, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
 	}
 	return v, nil
+}
+
+// notText says what head, the start of a file, is when it is not text: a
+// known binary format by its magic number, or binary data (a NUL byte,
+// which no log holds). It is "" for text.
+func notText(head []byte) string {
+	for _, m := range []struct{ magic, what string }{
+		{"\x7fELF", "an executable (ELF)"},
+		{"\x89PNG\r\n\x1a\n", "a PNG image"},
+		{"\xff\xd8\xff", "a JPEG image"},
+		{"GIF8", "a GIF image"},
+		{"%PDF-", "a PDF document"},
+		{"PK\x03\x04", "a zip archive (a PyTorch checkpoint is one)"},
+		{"\x80\x02", "a Python pickle"},
+	} {
+		if strings.HasPrefix(string(head), m.magic) {
+			return m.what
+		}
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return "binary data"
+	}
+	return ""
 }
 
 // unwrapPath drops the *PathError wrapper, whose message repeats the path.

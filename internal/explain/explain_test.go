@@ -266,3 +266,49 @@ func TestRunDirWithoutOffsets(t *testing.T) {
 		t.Fatalf("status %d, stderr %q, out %s", code, errs, out)
 	}
 }
+
+// What is not a text log is refused with status DataErr, not explained as
+// "no failure found" or as whatever its bytes happen to match.
+func TestNotALog(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"empty.log":  "",
+		"gpuguard":   "\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00 Killed\n",
+		"memory.png": "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+		"data.bin":   "CUDA out of memory\x00\x00\x01",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{
+		"empty.log":  "it is empty; name the log of a job that printed something",
+		"gpuguard":   "it is an executable (ELF), not a text log; name the file the job's output went to, or a gpuguard run directory",
+		"memory.png": "it is a PNG image, not a text log",
+		"data.bin":   "it is binary data, not a text log",
+	} {
+		path := filepath.Join(dir, name)
+		code, out, errs := run(t, "", false, path)
+		if code != exitcode.DataErr || out != "" || !strings.HasPrefix(errs, "gpuguard explain: cannot explain "+path+": "+want) {
+			t.Errorf("%s: status %d, stdout %q, stderr %q", name, code, out, errs)
+		}
+	}
+	if code, _, errs := run(t, "", false, "-"); code != exitcode.DataErr || !strings.Contains(errs, "cannot explain standard input: it is empty") {
+		t.Errorf("empty stdin: %d %q", code, errs)
+	}
+	// The first failure's status, and the other logs still explained.
+	code, out, _ := run(t, "", false, filepath.Join(dir, "nope.log"), filepath.Join(dir, "empty.log"), "testdata/cpu-alloc.log")
+	if code != exitcode.NoInput || !strings.Contains(out, "cpu-alloc.log: ") {
+		t.Errorf("missing, then empty: %d %q", code, out)
+	}
+	// A gzip-compressed binary is no log either.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(files["gpuguard"]))
+	zw.Close()
+	os.WriteFile(filepath.Join(dir, "bin.gz"), gz.Bytes(), 0o644)
+	if code, _, errs := run(t, "", false, filepath.Join(dir, "bin.gz")); code != exitcode.DataErr || !strings.Contains(errs, "executable") {
+		t.Errorf("gzip binary: %d %q", code, errs)
+	}
+}

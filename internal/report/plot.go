@@ -3,15 +3,18 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
@@ -85,6 +88,16 @@ func (s *series) flush() {
 // the machine's RAM in use, their limits), validation shaded, OOMs and
 // relaunches marked. The format follows out's extension (.png or .svg).
 func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
+	panels, err := buildPanels(run, ti, timelinePath)
+	if err != nil {
+		return err
+	}
+	width, height := plotWidth, 4*vg.Inch*vg.Length(len(panels))+0.6*vg.Inch
+	return drawPanels(panels, width, height, out)
+}
+
+// buildPanels makes the panels of plotRun's figure, GPU above host.
+func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot, error) {
 	span := ti.maxMs - ti.minMs
 	unit, div := "minutes", 60000.0
 	switch {
@@ -99,7 +112,7 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 	// Second pass over the timeline: the thinned lines.
 	f, err := os.Open(timelinePath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	lines := map[[2]string]*series{}
@@ -116,7 +129,7 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, s := range lines {
 		s.flush()
@@ -149,17 +162,17 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 	name := filepath.Base(filepath.Clean(run.RunDir))
 	var panels []*plot.Plot
 	if len(gpuDevs) > 0 {
-		p, err := panel(run, ti, lines, order, gpuDevs, "GPU memory (GiB)", unit, x, xmin, xmax, true)
+		p, err := panel(run, ti, lines, order, gpuDevs, "GPU memory", unit, x, xmin, xmax, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Title.Text = "gpuguard memory timeline: " + name
 		panels = append(panels, p)
 	}
 	if len(hostDevs) > 0 {
-		p, err := panel(run, ti, lines, order, hostDevs, "host memory (GiB)", unit, x, xmin, xmax, len(gpuDevs) == 0)
+		p, err := panel(run, ti, lines, order, hostDevs, "host memory", unit, x, xmin, xmax, len(gpuDevs) == 0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(gpuDevs) == 0 {
 			p.Title.Text = "gpuguard memory timeline: " + name + " (no GPU sampled)"
@@ -167,9 +180,13 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 		panels = append(panels, p)
 	}
 	if len(panels) == 0 {
-		return fmt.Errorf("the timeline has no rows")
+		return nil, fmt.Errorf("the timeline has no rows")
 	}
-	width, height := 11*vg.Inch, 4*vg.Inch*vg.Length(len(panels))+0.6*vg.Inch
+	return panels, nil
+}
+
+// drawPanels: see plotRun.
+func drawPanels(panels []*plot.Plot, width, height vg.Length, out string) error {
 	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".")
 	c, err := draw.NewFormattedCanvas(width, height, format)
 	if err != nil {
@@ -181,9 +198,20 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 	}
 	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6),
 		PadRight: vg.Points(12), PadY: vg.Points(14)}
-	canvases := plot.Align(grid, tiles, draw.New(c))
+	// The legends stand in a column of their own, right of the panels,
+	// where they cover no line and no label.
+	legendW := plotLegendWidth
+	whole := draw.New(c)
+	canvases := plot.Align(grid, tiles, draw.Crop(whole, 0, -legendW, 0, 0))
 	for i, p := range panels {
+		legend := p.Legend
+		p.Legend = plot.NewLegend()
 		p.Draw(canvases[i][0])
+		area := draw.Canvas{Canvas: whole.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: canvases[i][0].Max.X + vg.Points(4), Y: canvases[i][0].Min.Y},
+			Max: vg.Point{X: whole.Max.X - vg.Points(4), Y: canvases[i][0].Max.Y - vg.Points(24)},
+		}}
+		legend.Draw(area)
 	}
 	w, err := os.Create(out)
 	if err != nil {
@@ -198,37 +226,132 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 
 func isHostDevice(d string) bool { return d == "host" || d == "cgroup" || d == "ram" }
 
-// panel draws one panel: the devices' lines, their limits, validation
-// shading and event markers (labelled on the top panel).
+// The figure's width, its legend column's, and about the width of a panel's
+// data area (less the y axis).
+const (
+	plotWidth       = 12.5 * vg.Inch
+	plotLegendWidth = 3 * vg.Inch
+	plotDataWidth   = plotWidth - plotLegendWidth - 0.7*vg.Inch
+)
+
+// nearLimit: a limit is drawn, and the panel scaled to it, only when the
+// memory came within this share of it (or ran out); a limit far above the
+// data would squash the lines that matter into the bottom of the panel.
+const nearLimit = 0.4
+
+// panel draws one panel: the devices' lines, the limits that apply,
+// validation shading, each attempt's span and its out-of-memory failure with
+// its figures (labelled on the top panel). Its legend is drawn apart, right
+// of the panel (see plotRun). Its scale follows the data: GiB, or MiB when
+// the job used less than 1 GiB.
 func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]string, devs []string,
-	ylabel, unit string, x func(int64) float64, xmin, xmax float64, labels bool) (*plot.Plot, error) {
+	what, unit string, x func(int64) float64, xmin, xmax float64, labels bool) (*plot.Plot, error) {
 	p := plot.New()
 	p.X.Label.Text = "time since the run started (" + unit + ")"
-	p.Y.Label.Text = ylabel
 	p.X.Min, p.X.Max = xmin, xmax
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Add(plotter.NewGrid())
 
-	want := map[string]bool{}
-	ymax := 0.0
-	for _, d := range devs {
-		want[d] = true
-		ymax = max(ymax, float64(ti.capacity[d])/(1<<30))
+	gpuPanel := len(devs) > 0 && !isHostDevice(devs[0])
+	ranOut := false // an out-of-memory failure of this panel's memory
+	for _, a := range run.Attempts {
+		if a.Verdict != nil {
+			k := string(a.Verdict.Kind)
+			ranOut = ranOut || (gpuPanel && k == "gpu_oom") || (!gpuPanel && (k == "host_oom" || k == "cpu_alloc_oom"))
+		}
 	}
-	for _, k := range order {
-		if s := lines[k]; want[s.dev] {
-			for _, pt := range s.pts {
-				ymax = max(ymax, pt.Y)
+	peakOf := func(dev string) float64 { // GiB
+		m := 0.0
+		for _, k := range order {
+			if s := lines[k]; s.dev == dev {
+				for _, pt := range s.pts {
+					m = max(m, pt.Y)
+				}
 			}
+		}
+		return m
+	}
+	// The machine's RAM in use is drawn only when the machine came short
+	// of memory: otherwise it is other programs' business, and would set
+	// the scale instead of the job.
+	want := map[string]bool{}
+	ramNote := ""
+	for _, d := range devs {
+		if d == "ram" && !ranOut && peakOf(d) < nearLimit*toGiB(ti.capacity[d]) {
+			ramNote = fmt.Sprintf("RAM in use: at most %s of %s (not drawn)",
+				humanize.Bytes(uint64(peakOf(d)*(1<<30))), humanize.Bytes(ti.capacity[d]))
+			continue
+		}
+		want[d] = true
+	}
+	peak := 0.0 // GiB
+	for d := range want {
+		peak = max(peak, peakOf(d))
+	}
+
+	colorOf := map[string]color.Color{}
+	gi := 0
+	for _, d := range devs {
+		switch d {
+		case "host":
+			colorOf[d] = hostColor
+		case "cgroup":
+			colorOf[d] = cgroupColor
+		case "ram":
+			colorOf[d] = ramColor
+		default:
+			colorOf[d] = gpuColors[gi%len(gpuColors)]
+			gi++
+		}
+	}
+
+	// The limits that apply: a GPU's capacity, the cgroup's limit (which
+	// the job's processes share), not the machine's RAM, which bounds no
+	// job in particular. One line per distinct limit.
+	type limit struct {
+		dev   string
+		bytes uint64
+		draw  bool
+	}
+	var limits []limit
+	seen := map[uint64]bool{}
+	for _, d := range devs {
+		if !want[d] {
+			continue
+		}
+		capBytes := ti.capacity[d]
+		applies := !isHostDevice(d) || d == "cgroup" || (d == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"])
+		if capBytes == 0 || !applies || seen[capBytes] {
+			continue
+		}
+		seen[capBytes] = true
+		limits = append(limits, limit{d, capBytes, ranOut || peak >= nearLimit*toGiB(capBytes)})
+	}
+	ymax := peak
+	for _, l := range limits {
+		if l.draw {
+			ymax = max(ymax, toGiB(l.bytes))
 		}
 	}
 	if ymax <= 0 {
 		ymax = 1
 	}
-	ymax *= 1.3 // room for the legend above the lines
+	yUnit, yScale := "GiB", 1.0
+	if ymax < 1 {
+		yUnit, yScale = "MiB", 1024
+	}
+	ymax *= yScale * 1.12 // room above the highest line for the labels
+	p.Y.Label.Text = what + " (" + yUnit + ")"
 	p.Y.Min, p.Y.Max = 0, ymax
+	scaled := func(pts plotter.XYs) plotter.XYs {
+		out := make(plotter.XYs, len(pts))
+		for i, pt := range pts {
+			out[i] = plotter.XY{X: pt.X, Y: pt.Y * yScale}
+		}
+		return out
+	}
 
 	// Validation first, under the lines.
 	first := true
@@ -251,50 +374,27 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		}
 	}
 
-	// Limits: one dashed line per distinct capacity.
-	colorOf := map[string]color.Color{}
-	gi := 0
-	for _, d := range devs {
-		switch d {
-		case "host":
-			colorOf[d] = hostColor
-		case "cgroup":
-			colorOf[d] = cgroupColor
-		case "ram":
-			colorOf[d] = ramColor
-		default:
-			colorOf[d] = gpuColors[gi%len(gpuColors)]
-			gi++
+	for _, l := range limits {
+		name := "GPU capacity"
+		switch l.dev {
+		case "host", "cgroup":
+			name = "cgroup limit"
 		}
-	}
-	drawn := map[uint64]bool{}
-	for _, d := range devs {
-		capBytes := ti.capacity[d]
-		if capBytes == 0 || drawn[capBytes] {
-			continue
-		}
-		drawn[capBytes] = true
-		l, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: toGiB(capBytes)}, {X: xmax, Y: toGiB(capBytes)}})
+		line, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: toGiB(l.bytes) * yScale}, {X: xmax, Y: toGiB(l.bytes) * yScale}})
 		if err != nil {
 			return nil, err
 		}
-		l.Color = colorOf[d]
-		l.Width = vg.Points(1)
-		l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(l)
-		what := "capacity"
-		switch d {
-		case "host":
-			what = "job's limit"
-		case "cgroup":
-			what = "cgroup limit"
-		case "ram":
-			what = "RAM"
+		line.Color = colorOf[l.dev]
+		line.Width = vg.Points(1)
+		line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		label := fmt.Sprintf("%s %s", name, humanize.Bytes(l.bytes))
+		if l.draw {
+			p.Add(line)
+		} else {
+			line.Color = color.Transparent
+			label += " (far above)"
 		}
-		if !isHostDevice(d) {
-			what = "GPU capacity"
-		}
-		p.Legend.Add(fmt.Sprintf("%s %s", what, humanize.Bytes(capBytes)), l)
+		p.Legend.Add(label, line)
 	}
 
 	// The devices' lines, one per attempt, one legend entry per device.
@@ -304,7 +404,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		if !want[s.dev] || len(s.pts) == 0 {
 			continue
 		}
-		pts := s.pts
+		pts := scaled(s.pts)
 		if len(pts) == 1 {
 			pts = append(pts, pts[0])
 		}
@@ -320,58 +420,104 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		p.Add(l)
 		if !inLegend[s.dev] {
 			inLegend[s.dev] = true
-			p.Legend.Add(deviceLabel(s.dev), l)
+			label := deviceLabel(s.dev)
+			if s.dev == "ram" && ti.capacity["ram"] > 0 {
+				label += " (of " + humanize.Bytes(ti.capacity["ram"]) + ")"
+			}
+			p.Legend.Add(label, l)
 		}
 	}
 
-	// Events: OOMs and relaunches.
+	if ramNote != "" {
+		l, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
+		l.Color = color.Transparent
+		p.Legend.Add(ramNote, l)
+	}
+
+	// Each attempt: a bar along the top from its start to its end, dashed
+	// lines at both; its out-of-memory failure in red, with its figures.
 	origin := run.origin
 	var marks plotter.XYLabels
-	addMark := func(xv float64, label string, c color.Color, dashed bool, height float64) error {
+	var leftOK []bool // the label goes left of its line when there is room
+	vline := func(xv float64, c color.Color, dashes []vg.Length, width vg.Length) error {
 		l, err := plotter.NewLine(plotter.XYs{{X: xv, Y: 0}, {X: xv, Y: ymax}})
 		if err != nil {
 			return err
 		}
-		l.Color = c
-		l.Width = vg.Points(1.2)
-		if dashed {
-			l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
-		}
+		l.Color, l.Width, l.Dashes = c, width, dashes
 		p.Add(l)
-		if labels {
-			marks.XYs = append(marks.XYs, plotter.XY{X: xv, Y: ymax * height})
-			marks.Labels = append(marks.Labels, label)
-		}
 		return nil
 	}
+	// label writes s right of the line at xv or, if left and there is
+	// room, left of it.
+	label := func(xv, height float64, s string, left bool) {
+		if !labels {
+			return
+		}
+		marks.XYs = append(marks.XYs, plotter.XY{X: xv, Y: ymax * height})
+		marks.Labels = append(marks.Labels, s)
+		leftOK = append(leftOK, left)
+	}
 	if !origin.IsZero() {
-		oomSeen := false
+		dashed := []vg.Length{vg.Points(3), vg.Points(3)}
+		oomSeen, spanSeen := false, false
 		for _, a := range run.Attempts {
-			if a.Start != nil && a.N > 1 {
-				if err := addMark(x(a.Start.Sub(origin).Milliseconds()), fmt.Sprintf(" attempt %d", a.N), startColor, true, 0.96); err != nil {
+			if a.Start == nil {
+				continue
+			}
+			x0 := x(a.Start.Sub(origin).Milliseconds())
+			x1 := xmax
+			if a.End != nil {
+				x1 = x(a.End.Sub(origin).Milliseconds())
+			}
+			if err := vline(x0, startColor, dashed, vg.Points(1)); err != nil {
+				return nil, err
+			}
+			if a.End != nil {
+				if err := vline(x1, startColor, dashed, vg.Points(1)); err != nil {
 					return nil, err
 				}
 			}
+			bar, err := plotter.NewLine(plotter.XYs{{X: x0, Y: ymax * 0.995}, {X: x1, Y: ymax * 0.995}})
+			if err != nil {
+				return nil, err
+			}
+			bar.Color, bar.Width = startColor, vg.Points(3)
+			p.Add(bar)
+			if !spanSeen {
+				p.Legend.Add("attempt (start to end)", bar)
+				spanSeen = true
+			}
+			name := fmt.Sprintf(" attempt %d ", a.N)
+			if a.ExitCode != nil {
+				name += fmt.Sprintf("(exit %d) ", *a.ExitCode)
+			}
+			label(x0, 0.955, name, false)
+
+			oomAt := time.Time{}
 			for _, f := range a.Failures {
-				if !strings.HasSuffix(f.Kind, "oom") {
-					continue
+				if strings.HasSuffix(f.Kind, "oom") {
+					oomAt = f.Time
+					break // one mark per attempt
 				}
-				if err := addMark(x(f.Time.Sub(origin).Milliseconds()), " "+f.Kind, oomColor, false, 0.90); err != nil {
-					return nil, err
-				}
-				oomSeen = true
-				break // one mark per attempt
 			}
-			if len(a.Failures) == 0 && a.Verdict != nil && strings.HasSuffix(string(a.Verdict.Kind), "oom") && a.End != nil {
-				if err := addMark(x(a.End.Sub(origin).Milliseconds()), " "+string(a.Verdict.Kind), oomColor, false, 0.90); err != nil {
-					return nil, err
-				}
-				oomSeen = true
+			if oomAt.IsZero() && a.Verdict != nil && strings.HasSuffix(string(a.Verdict.Kind), "oom") && a.End != nil {
+				oomAt = *a.End
 			}
+			if oomAt.IsZero() {
+				continue
+			}
+			xo := x(oomAt.Sub(origin).Milliseconds())
+			if err := vline(xo, oomColor, nil, vg.Points(1.4)); err != nil {
+				return nil, err
+			}
+			oomSeen = true
+			// Left of its line, over the attempt it ended.
+			label(xo, 0.90, " "+oomLabel(a)+" ", true)
 		}
 		if oomSeen {
 			sw, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
-			sw.Color, sw.Width = oomColor, vg.Points(1.2)
+			sw.Color, sw.Width = oomColor, vg.Points(1.4)
 			p.Legend.Add("out of memory", sw)
 		}
 	}
@@ -380,13 +526,64 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		if err != nil {
 			return nil, err
 		}
+		prevEnd := math.Inf(-1) // where the last OOM label ends, on the x axis
 		for i := range lb.TextStyle {
 			lb.TextStyle[i].Font.Size = vg.Points(8)
 			lb.TextStyle[i].Color = startColor
+			// The panel's data area is about plotDataWidth wide.
+			room := float64(lb.TextStyle[i].Width(marks.Labels[i])/plotDataWidth) * (xmax - xmin)
+			x0 := marks.XYs[i].X
+			if leftOK[i] && x0-xmin > room {
+				lb.TextStyle[i].XAlign = text.XRight
+				x0 -= room
+			}
+			if leftOK[i] {
+				// Lower, clear of the OOM label before, when they meet.
+				if x0 < prevEnd {
+					lb.XYs[i].Y = ymax * 0.80
+				}
+				prevEnd = x0 + room
+			}
+			if strings.Contains(marks.Labels[i], "oom") {
+				lb.TextStyle[i].Color = oomColor
+			}
 		}
 		p.Add(lb)
 	}
 	return p, nil
+}
+
+// oomLabel is an attempt's out-of-memory failure, with the figures its
+// message gave: "gpu_oom in val, step 50\nasked 4.00 GiB, 1.50 GiB free of
+// 16.00 GiB".
+func oomLabel(a *Attempt) string {
+	v := a.Verdict
+	if v == nil {
+		return "out of memory"
+	}
+	s := string(v.Kind)
+	if v.Phase != "" {
+		s += " in " + string(v.Phase)
+	}
+	if v.Step != nil {
+		s += fmt.Sprintf(", step %d", *v.Step)
+	}
+	if o := v.OOM; o != nil {
+		var fig []string
+		if o.RequestedBytes != nil {
+			fig = append(fig, "asked "+humanize.Bytes(uint64(*o.RequestedBytes)))
+		}
+		switch {
+		case o.FreeBytes != nil && o.TotalBytes != nil:
+			fig = append(fig, humanize.Bytes(uint64(*o.FreeBytes))+" free of "+humanize.Bytes(uint64(*o.TotalBytes)))
+		case o.FreeBytes != nil:
+			fig = append(fig, humanize.Bytes(uint64(*o.FreeBytes))+" free")
+		}
+		if len(fig) > 0 {
+			s += "\n" + strings.Join(fig, ", ")
+		}
+	}
+	return s
 }
 
 func toGiB(b uint64) float64 { return float64(b) / (1 << 30) }

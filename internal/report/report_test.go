@@ -407,3 +407,57 @@ func TestReportSignals(t *testing.T) {
 		t.Errorf("signals %+v", run.Signals)
 	}
 }
+
+// The plot's scale follows the data: a job using a few MiB on a machine
+// with 64 GiB of RAM and no cgroup limit is drawn in MiB, with no limit
+// line (the machine's RAM bounds no job in particular, and is not drawn
+// unless the machine ran short); a GPU's capacity the job came near is.
+func TestPlotScale(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, memory.TimelineFile)
+	const gib = 1 << 30
+	csv := "elapsed_ms,attempt,phase,device,used_bytes,limit_bytes,job_bytes\n"
+	for ms := 0; ms <= 4000; ms += 500 {
+		csv += fmt.Sprintf("%d,1,train,host,%d,%d,\n%d,1,train,ram,%d,%d,\n", ms, 18<<20, 64*gib, ms, 900<<20, 64*gib)
+	}
+	if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ti, err := scanTimeline(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panels, err := buildPanels(&Run{RunDir: dir}, ti, path)
+	if err != nil || len(panels) != 1 {
+		t.Fatalf("%d panels, %v", len(panels), err)
+	}
+	p := panels[0]
+	if p.Y.Label.Text != "host memory (MiB)" || p.Y.Max < 18 || p.Y.Max > 30 {
+		t.Errorf("y axis %q up to %v, want MiB up to a little above 18", p.Y.Label.Text, p.Y.Max)
+	}
+
+	// The fixture: GPUs near their capacity, the cgroup near its limit.
+	f, err := os.Open("testdata/run-oom/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := readEvents(f, "testdata/run-oom")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, err = scanTimeline("testdata/run-oom/" + memory.TimelineFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panels, err = buildPanels(run, ti, "testdata/run-oom/"+memory.TimelineFile)
+	if err != nil || len(panels) != 2 {
+		t.Fatalf("%d panels, %v", len(panels), err)
+	}
+	if y := panels[0].Y; y.Label.Text != "GPU memory (GiB)" || y.Max < 40 || y.Max > 48 {
+		t.Errorf("GPU panel: %q up to %v", y.Label.Text, y.Max)
+	}
+	if y := panels[1].Y; y.Label.Text != "host memory (GiB)" || y.Max < 64 || y.Max > 75 {
+		t.Errorf("host panel: %q up to %v", y.Label.Text, y.Max)
+	}
+}

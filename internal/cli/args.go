@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpuguard/gpuguard/internal/policy"
+)
+
+// The command line is checked and put in order here, before urfave/cli sees
+// it, so that gpuguard behaves like the tools people know:
+//
+//   - an unknown command or flag is one line naming it, with "did you mean"
+//     when one is close, then the usage line, and exit status 64;
+//   - `gpuguard help [COMMAND]` and `gpuguard --version` work;
+//   - a command's flags may come anywhere among its arguments
+//     (`gpuguard report RUN_DIR --json`), except after "--" and, for the
+//     commands that take a job's command line (run, policy init), after the
+//     job's first word: every word from there belongs to the job.
+//
+// urfave/cli (v2) stops at the first argument that is not a flag, so the
+// flags are moved before the arguments, and "--" put between them.
+
+// jobCommands are the commands whose arguments are a job's command line.
+var jobCommands = map[string]bool{"run": true, "policy init": true}
+
+// argsError is a command line that names something gpuguard does not have.
+// Its message is the line naming it; usage is the usage line that follows.
+type argsError struct {
+	command string // "" for gpuguard itself
+	msg     string
+	usage   string
+}
+
+func (e *argsError) Error() string { return e.msg }
+
+// commandUsage is the one usage line of cmd, whose full name is name.
+func commandUsage(name string, cmd *cli.Command) string {
+	if cmd.UsageText != "" {
+		return cmd.UsageText
+	}
+	u := "gpuguard " + name
+	if len(cmd.Subcommands) > 0 {
+		names := make([]string, 0, len(cmd.Subcommands))
+		for _, s := range cmd.Subcommands {
+			names = append(names, s.Name)
+		}
+		return u + " " + strings.Join(names, "|") + " ..."
+	}
+	if visibleFlags(cmd) {
+		u += " [flags]"
+	}
+	if cmd.ArgsUsage != "" {
+		u += " " + cmd.ArgsUsage
+	}
+	return u
+}
+
+func visibleFlags(cmd *cli.Command) bool {
+	for _, f := range cmd.Flags {
+		if v, ok := f.(cli.VisibleFlag); !ok || v.IsVisible() {
+			return true
+		}
+	}
+	return false
+}
+
+// appUsage is gpuguard's own usage line.
+func appUsage(cmds []*cli.Command) string {
+	return "gpuguard COMMAND [flags] [ARGS...]; commands: " + strings.Join(commandNames(cmds), ", ") + ", help"
+}
+
+func commandNames(cmds []*cli.Command) []string {
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.Name == name {
+			return c
+		}
+		for _, a := range c.Aliases {
+			if a == name {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+func unknownCommand(parent string, word string, cmds []*cli.Command, usage string) error {
+	what := "command"
+	if parent != "" {
+		what = "subcommand of " + parent
+	}
+	return &argsError{command: parent,
+		msg:   fmt.Sprintf("unknown %s %q%s", what, word, policy.DidYouMean(word, commandNames(cmds))),
+		usage: usage}
+}
+
+// flagSpec is what the normaliser needs to know of one flag.
+type flagSpec struct {
+	takesValue bool
+}
+
+// flagSpecs are cmd's flags by every name, with the help flag every
+// command has.
+func flagSpecs(cmd *cli.Command) map[string]flagSpec {
+	specs := map[string]flagSpec{"help": {}, "h": {}}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			specs[n] = flagSpec{takesValue: !isBool}
+		}
+	}
+	return specs
+}
+
+func flagCandidates(specs map[string]flagSpec) []string {
+	var c []string
+	for n := range specs {
+		if len(n) > 1 {
+			c = append(c, "--"+n)
+		}
+	}
+	return c
+}
+
+// normalize checks args (args[0] is the program) against cmds and returns
+// them as urfave/cli is to see them: help and --version rewritten to the
+// help flag and the version command, each command's flags before its
+// arguments.
+func normalize(args []string, cmds []*cli.Command) ([]string, error) {
+	if len(args) <= 1 {
+		return args, nil
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	// gpuguard's own flags, before the command.
+	for len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
+		switch rest[0] {
+		case "--version", "-version", "-v":
+			return append(out, "version"), nil
+		case "--help", "-help", "-h":
+			return append(out, "--help"), nil
+		case "--":
+			rest = rest[1:]
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(rest[0], "-"), "=")
+		return nil, &argsError{
+			msg: fmt.Sprintf("unknown flag %s%s", rest[0],
+				policy.DidYouMean("--"+name, []string{"--help", "--version"})),
+			usage: appUsage(cmds)}
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	if rest[0] == completeCommand {
+		return args, nil // the words typed so far, as they are
+	}
+	if rest[0] == "help" {
+		// gpuguard help [COMMAND [SUBCOMMAND]]: that command's --help.
+		topic := rest[1:]
+		if len(topic) == 0 {
+			return append(out, "--help"), nil
+		}
+		norm, err := normalize(append([]string{args[0]}, topic...), cmds)
+		if err != nil {
+			return nil, err
+		}
+		// Keep only the command words.
+		words := []string{args[0]}
+		for _, w := range norm[1:] {
+			if strings.HasPrefix(w, "-") {
+				break
+			}
+			words = append(words, w)
+		}
+		return append(words, "--help"), nil
+	}
+	cmd := findCommand(cmds, rest[0])
+	if cmd == nil {
+		return nil, unknownCommand("", rest[0], cmds, appUsage(cmds))
+	}
+	name := cmd.Name
+	out = append(out, rest[0])
+	rest = rest[1:]
+	if len(cmd.Subcommands) > 0 {
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
+			// `gpuguard policy` and `gpuguard policy --help`: its help.
+			for _, a := range rest {
+				if a != "--help" && a != "-h" && a != "-help" {
+					flagName, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+					return nil, &argsError{command: name,
+						msg:   fmt.Sprintf("unknown flag %s%s", a, policy.DidYouMean("--"+flagName, []string{"--help"})),
+						usage: commandUsage(name, cmd)}
+				}
+			}
+			return append(out, "--help"), nil
+		}
+		sub := findCommand(cmd.Subcommands, rest[0])
+		if sub == nil {
+			return nil, unknownCommand(name, rest[0], cmd.Subcommands, commandUsage(name, cmd))
+		}
+		out = append(out, rest[0])
+		rest = rest[1:]
+		name += " " + sub.Name
+		cmd = sub
+	}
+	specs := flagSpecs(cmd)
+	var flags, positional []string
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			positional = append(positional, rest[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if jobCommands[name] {
+				positional = append(positional, rest[i:]...)
+				break
+			}
+			positional = append(positional, a)
+			continue
+		}
+		flagName, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		spec, ok := specs[flagName]
+		if !ok {
+			return nil, &argsError{command: name,
+				msg:   fmt.Sprintf("unknown flag %s%s", a, policy.DidYouMean("--"+flagName, flagCandidates(specs))),
+				usage: commandUsage(name, cmd)}
+		}
+		if flagName == "help" || flagName == "h" {
+			return append(out, "--help"), nil
+		}
+		flags = append(flags, a)
+		if spec.takesValue && !hasValue && i+1 < len(rest) {
+			i++
+			flags = append(flags, rest[i])
+		}
+	}
+	out = append(out, flags...)
+	if len(positional) > 0 {
+		out = append(out, "--")
+		out = append(out, positional...)
+	}
+	return out, nil
+}
+
+// usageFailure is what a usage error urfave/cli finds (a flag's value that
+// does not parse) becomes: the error alone, said once, with the command's
+// usage line after it, instead of the whole help between two copies.
+func usageFailure(name string, cmd *cli.Command) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		return &argsError{command: name, msg: err.Error(), usage: commandUsage(name, cmd)}
+	}
+}
