@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -93,6 +94,9 @@ type attemptRow struct {
 	decision string
 	// Peak fraction of GPU capacity in use, per phase (0: unknown).
 	peakTrain, peakVal float64
+	// stoppedBy is the stop signal gpuguard received while the attempt ran
+	// (Ctrl-C, kill, Slurm's end of the time limit), 0 if none.
+	stoppedBy syscall.Signal
 }
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
@@ -202,6 +206,9 @@ func (l *loop) attempts() int {
 			return l.end(0)
 		}
 		sig, terminated := l.job.Signals.Terminated()
+		if terminated {
+			row.stoppedBy = sig
+		}
 		// Slurm hook (supervisor/slurm.go): after a requeue signal nothing
 		// is relaunched here; end() requeues the job.
 		if rs, ok := l.slurm.requeueSignal(); ok {

@@ -536,3 +536,27 @@ func TestNoPresetRelaunchesUnchanged(t *testing.T) {
 
 // state0 is the policy state the loop starts from.
 func (lt *loopTest) state0() policy.State { return lt.loop.state.Policies }
+
+// An attempt ended by Ctrl-C is "interrupted" in the attempts table, not a
+// crash, whatever its last words (Python prints KeyboardInterrupt's
+// traceback, which reads as a crash).
+func TestLoopSaysInterruptedForCtrlC(t *testing.T) {
+	crash := classify.Verdict{Kind: classify.KindCrash, Reason: "KeyboardInterrupt"}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		want string
+	}{{syscall.SIGINT, "interrupted (exit 130)"}, {syscall.SIGTERM, "stopped by SIGTERM (exit 143)"}} {
+		lt := newLoopTest(t, halvePolicy, []string{"train.py", "--batch-size", "8"}, nil,
+			func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verdict, attemptResult) {
+				terminate(lt.job.Signals, c.sig)
+				return crash, attemptResult{Code: 128 + int(c.sig)}
+			})
+		if code := lt.attempts(); code != 128+int(c.sig) {
+			t.Fatalf("exit %d\n%s", code, lt.stderr.String())
+		}
+		wantContains(t, "stderr", lt.stderr.String(), "  1        "+c.want)
+		if strings.Contains(lt.stderr.String(), "crash (exit") {
+			t.Errorf("the table calls it a crash:\n%s", lt.stderr.String())
+		}
+	}
+}

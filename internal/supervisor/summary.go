@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/humanize"
@@ -79,6 +80,14 @@ func decisionLabel(d policy.Decision) string {
 func endedLabel(r attemptRow) string {
 	if r.code == 0 {
 		return "ok"
+	}
+	if r.stoppedBy != 0 && !isMemory(r.verdict.Kind) {
+		// The job died because it was told to stop, whatever its last
+		// words (a KeyboardInterrupt traceback reads as a crash).
+		if r.stoppedBy == syscall.SIGINT {
+			return fmt.Sprintf("interrupted (exit %d)", r.code)
+		}
+		return fmt.Sprintf("stopped by %s (exit %d)", signalName(r.stoppedBy), r.code)
 	}
 	kind := string(r.verdict.Kind)
 	if r.verdict.Kind == classify.KindNone || kind == "" {
