@@ -169,7 +169,8 @@ func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot,
 		p.Title.Text = "gpuguard memory timeline: " + name
 		panels = append(panels, p)
 	}
-	if len(hostDevs) > 0 {
+	if len(hostDevs) > 0 || len(gpuDevs) == 0 {
+		// With no sample at all the host panel still shows the attempts.
 		p, err := panel(run, ti, lines, order, hostDevs, "host memory", unit, x, xmin, xmax, len(gpuDevs) == 0)
 		if err != nil {
 			return nil, err

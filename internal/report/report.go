@@ -91,9 +91,14 @@ func Command(o Options) error {
 		writeText(o.Stdout, run)
 	}
 	if o.Plot != "" {
-		if ti == nil || ti.rows == 0 {
+		if ti == nil {
 			return fail(exitcode.NoInput, "cannot plot: %s has no memory timeline (%s); memory is sampled only by `gpuguard run`",
 				o.RunDir, memory.TimelineFile)
+		}
+		if ti.rows == 0 {
+			// A job that ends within its first sample leaves the header
+			// alone: the plot still shows its attempts.
+			fmt.Fprintf(o.Stderr, "gpuguard report: %s holds no memory sample (the attempts ended before the first); the plot shows the attempts only\n", memory.TimelineFile)
 		}
 		if err := plotRun(run, ti, filepath.Join(o.RunDir, memory.TimelineFile), o.Plot); err != nil {
 			return fail(exitcode.CantCreate, "plot %s: %v", o.Plot, err)

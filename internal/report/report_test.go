@@ -461,3 +461,35 @@ func TestPlotScale(t *testing.T) {
 		t.Errorf("host panel: %q up to %v", y.Label.Text, y.Max)
 	}
 }
+
+// A run whose attempts ended before the first memory sample (a job of a
+// few milliseconds) leaves timeline.csv with its header alone: the plot
+// still shows the attempts, and says why there is no line.
+func TestReportPlotWithoutSamples(t *testing.T) {
+	run := t.TempDir()
+	for _, name := range []string{"events.jsonl", "state.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata/run-oom", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(run, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(run, "timeline.csv"), []byte(memory.TimelineHeader+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pngPath := filepath.Join(t.TempDir(), "mem.png")
+	code, _, errs := runReport(t, Options{RunDir: run, Plot: pngPath})
+	if code != 0 || !strings.Contains(errs, "holds no memory sample (the attempts ended before the first)") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+}
