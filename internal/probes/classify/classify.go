@@ -164,6 +164,7 @@ type failure struct {
 	extra    oomExtra
 	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
 	lowConf  bool   // the evidence does not prove the cause
+	shm      bool   // the memory that ran out is /dev/shm (Verdict.SharedMemory)
 	phase    Phase
 	st       stepRead
 	stText   [maxStepText]byte // st's line (stLen bytes of it, cut as stCut says): no allocation per failure
@@ -729,6 +730,11 @@ func (c *Classifier) merge(cur, f *failure) {
 	}
 	if !f.lowConf {
 		cur.lowConf = false
+	}
+	if f.shm && !cur.shm {
+		// "DataLoader worker exited unexpectedly", then the worker's own
+		// word that shared memory ran out.
+		cur.shm, cur.reason = true, f.reason
 	}
 	if f.oom != nil {
 		if cur.oom == nil {

@@ -86,6 +86,7 @@ func (c *Classifier) Verdict() Verdict {
 		if f.rank >= 0 {
 			v.Rank = valPtr(f.rank)
 		}
+		v.SharedMemory = f.shm
 		if f.oom != nil {
 			o := *f.oom
 			o.OtherProcesses = append([]ProcUse(nil), f.oom.OtherProcesses...)
@@ -240,12 +241,24 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 			"Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:
 		s := "The job was killed for host memory (RAM)"
+		why := v.Reason
+		if v.SharedMemory {
+			s, why = "The job ran out of shared memory (/dev/shm, which is RAM)", strings.TrimPrefix(why, shmReason+": ")
+		}
 		if w != "" {
 			s += " " + w
 		}
-		d = append(d, sentence(s+": "+v.Reason))
+		d = append(d, sentence(s+": "+why))
 		if f != nil && f.detail != "" {
 			d = append(d, sentence(f.detail))
+		}
+		if v.SharedMemory {
+			d = append(d, "/dev/shm is a RAM-backed filesystem with a size of its own (64 MiB by default in a Docker container): DataLoader workers hand every batch to the main process through it, so it fills up long before the machine's memory does.")
+			if f.lowConf {
+				d = append(d, "The log shows only the bus error: a DataLoader worker that dies of SIGBUS has almost always written past the end of a full /dev/shm.")
+			}
+			add("Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, or give the job a larger shared memory: docker --shm-size (or --ipc=host), on Kubernetes an emptyDir volume with medium: Memory mounted at /dev/shm; a smaller batch is not the remedy.")
+			break
 		}
 		if f != nil && f.lowConf {
 			d = append(d, "The log does not prove the cause: a process killed by SIGKILL without a message was almost always killed by the out-of-memory killer, but an administrator, a scheduler or a watchdog can do the same; gpuguard run confirms it with the cgroup's OOM-kill counter.")

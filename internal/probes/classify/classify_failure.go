@@ -88,6 +88,11 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if h.has(kwTorchShm) || h.has(kwDevShm) || h.has(kwBusError) {
+		if f, ok := sharedMemoryLine(t, h); ok {
+			return f, true
+		}
+	}
 	if h.has(kwUnableAlloc) {
 		// NumPy: "Unable to allocate 3.00 GiB for an array with shape (...)"
 		i := indexFoldASCII(t, "unable to allocate")
@@ -177,6 +182,75 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	if c.isAnchoredKilled(t) {
 		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
 		f.detail = "the shell printed \"" + string(trimSpace(t)) + "\" (SIGKILL)"
+		return f, true
+	}
+	return failure{}, false
+}
+
+// shmReason is the reason of every shared-memory failure: the policy and
+// the diagnosis tell it from other host OOMs by Verdict.SharedMemory.
+const shmReason = "shared memory (/dev/shm) exhausted"
+
+// shmFailure is a host_oom for an exhausted /dev/shm: a tmpfs, that is RAM,
+// of its own size (64 MiB in a Docker container by default), which DataLoader
+// workers fill with the batches they hand to the main process.
+func shmFailure(how string) failure {
+	f := memFailure(KindHostOOM, shmReason+": "+how, "shm")
+	f.shm = true
+	return f
+}
+
+// sharedMemoryLine recognises an exhausted /dev/shm:
+//
+//   - the DataLoader worker's SIGBUS handler: "ERROR: Unexpected bus error
+//     encountered in worker. This might be caused by insufficient shared
+//     memory (shm)." (PaddlePaddle's says "BUS error ... DataLoader worker");
+//   - PyTorch's shared-memory allocator writing a tensor to a "/torch_..."
+//     file: "unable to write to file </torch_18_...>: No space left on device
+//     (28)" (older releases stop at the file name), "unable to allocate shared
+//     memory(shm) for file </torch_...>: No space left on device (28)",
+//     "unable to mmap N bytes from file </torch_...>: Cannot allocate memory
+//     (12)";
+//   - any "No space left on device" about a path under /dev/shm (NCCL's
+//     "failed to extend /dev/shm/nccl-..." too).
+//
+// "Too many open files" about a torch_ file is the descriptor limit, not
+// memory, and a full disk anywhere else is not memory either.
+func sharedMemoryLine(t []byte, h *hitSet) (failure, bool) {
+	if h.has(kwBusError) && (bHas(t, "insufficient shared memory") || bHas(t, "shared memory (shm)")) {
+		f := shmFailure("a DataLoader worker died of a bus error")
+		f.detail = "the DataLoader worker's bus-error handler says shared memory (shm) is insufficient"
+		return f, true
+	}
+	if bHas(t, "Too many open files") {
+		return failure{}, false
+	}
+	if h.has(kwTorchShm) {
+		i := bIndex(t, "</torch_")
+		name := t[i+1:]
+		if e := bytes.IndexByte(name, '>'); e > 0 && e < 64 {
+			name = name[:e]
+		} else {
+			name = nil
+		}
+		what := ""
+		switch {
+		case bHas(t, "No space left on device"):
+			what = "no space left on device"
+		case bHas(t, "Cannot allocate memory"):
+			what = "cannot allocate memory"
+		case bHas(t[:i], "unable to write to file") || bHas(t[:i], "unable to allocate shared memory"):
+			what = "the write failed"
+		}
+		if what != "" {
+			f := shmFailure("PyTorch could not write a tensor to shared memory")
+			f.detail = "PyTorch's shared-memory file " + string(name) + " under /dev/shm: " + what
+			return f, true
+		}
+	}
+	if h.has(kwDevShm) && (bHas(t, "No space left on device") || bHas(t, "failed to extend /dev/shm")) {
+		f := shmFailure("no space left on /dev/shm")
+		f.detail = "a write to /dev/shm failed: " + clipText(string(trimSpace(t)), 200)
 		return f, true
 	}
 	return failure{}, false
@@ -455,7 +529,11 @@ func killedLine(t []byte) (failure, bool) {
 			f.detail = worker
 			return f, true
 		case bHasPrefix(sig, "Bus error"):
-			f := crashFailure(classSpecific, "bus error in a DataLoader worker", "bus_error")
+			// A worker writes each batch into /dev/shm; a write past the end
+			// of a full tmpfs is delivered as SIGBUS. The worker's own
+			// "insufficient shared memory" line usually comes first.
+			f := shmFailure("a DataLoader worker died of a bus error")
+			f.lowConf = true
 			f.detail = worker
 			return f, true
 		default:

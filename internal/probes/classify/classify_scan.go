@@ -60,6 +60,8 @@ const (
 	kwExpandable
 	kwAutoBatch
 	kwInfinite
+	kwTorchShm // "</torch_": a PyTorch shared-memory file
+	kwDevShm   // "/dev/shm"
 
 	// phases
 	kwEpoch
@@ -139,6 +141,8 @@ var kwTable = []kwEntry{
 	{kwExpandable, "expandable_segments", false},
 	{kwAutoBatch, "AutoBatch", false},
 	{kwInfinite, "infinite", true},
+	{kwTorchShm, "</torch_", false},
+	{kwDevShm, "/dev/shm", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

@@ -3,6 +3,8 @@ package classify
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -321,7 +323,7 @@ func TestHostAndCPUForms(t *testing.T) {
 		{name: "DataLoader exited with code 1 is not memory", log: "RuntimeError: DataLoader worker (pid 4312) exited unexpectedly with exit code 1. Details are lost due to multiprocessing.\n",
 			kind: KindCrash, rank: -1, reason: "exited with code 1"},
 		{name: "DataLoader bus error", log: "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
-			kind: KindCrash, rank: -1, reason: "bus error"},
+			kind: KindHostOOM, rank: -1, reason: "bus error"}, // shared memory: see TestSharedMemoryForms
 		{name: "zsh killed", log: "epoch 1\nzsh: killed     python train.py --bs 64\n", kind: KindHostOOM, rank: -1},
 		{name: "bash job killed", log: "./run.sh: line 12: 48213 Killed                  python train.py\n", kind: KindHostOOM, rank: -1},
 		{name: "a sentence with killed is not a kill", log: "INFO: the old worker was killed and restarted\nprocess 12 killed the lock holder\n", kind: KindNone, rank: -1},
@@ -741,4 +743,115 @@ func TestPhaseMarksBounded(t *testing.T) {
 	if v.Phases[0].Line != 1 || v.Phases[len(v.Phases)-1].Line != n {
 		t.Errorf("first mark %+v, last %+v (want line 1 and line %d)", v.Phases[0], v.Phases[len(v.Phases)-1], n)
 	}
+}
+
+// sharedMemory checks a verdict about an exhausted /dev/shm: the flag, and
+// advice that names workers and the shm size, never the batch.
+func sharedMemory(t *testing.T, v Verdict) {
+	t.Helper()
+	sug := strings.Join(v.Suggestions, " ")
+	if !v.SharedMemory || !strings.Contains(v.Reason, "shared memory (/dev/shm)") {
+		t.Errorf("shared memory %v, reason %q", v.SharedMemory, v.Reason)
+	}
+	for _, want := range []string{"fewer DataLoader workers", "--shm-size", "medium: Memory"} {
+		if !strings.Contains(sug, want) {
+			t.Errorf("suggestions %q lack %q", sug, want)
+		}
+	}
+	if strings.Contains(sug, "Lower the") || strings.Contains(sug, "smaller batch (") || strings.Contains(sug, "pin_memory") {
+		t.Errorf("suggestions %q advise a smaller batch or host-memory settings", sug)
+	}
+}
+
+func notSharedMemory(t *testing.T, v Verdict) {
+	t.Helper()
+	if v.SharedMemory {
+		t.Errorf("shared memory set: %q", v.Reason)
+	}
+}
+
+func TestSharedMemoryForms(t *testing.T) {
+	runCases(t, []classifyCase{
+		{name: "bus error handler", log: "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+			kind: KindHostOOM, rank: -1, reason: "bus error", check: sharedMemory},
+		{name: "PaddlePaddle's bus error handler", log: "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by insufficient shared memory (shm), please check whether use_shared_memory is set and storage space in /dev/shm is enough\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "torch shm file no space", log: "RuntimeError: unable to write to file </torch_18_1962312145_0>: No space left on device (28)\n",
+			kind: KindHostOOM, rank: -1, reason: "shared memory", check: func(t *testing.T, v Verdict) {
+				sharedMemory(t, v)
+				if !strings.Contains(v.Diagnosis, "/torch_18_1962312145_0") || !strings.Contains(v.Diagnosis, "no space left on device") {
+					t.Errorf("diagnosis %q", v.Diagnosis)
+				}
+			}},
+		{name: "older torch without errno", log: "RuntimeError: unable to write to file </torch_31_1030151126>\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "fallocate of the shm file", log: "[rank0]: RuntimeError: unable to allocate shared memory(shm) for file </torch_4304_2962414746_0>: No space left on device (28)\n",
+			kind: KindHostOOM, rank: 0, check: sharedMemory},
+		{name: "mmap of the shm file", log: "RuntimeError: unable to mmap 67108864 bytes from file </torch_77_1203_0>: Cannot allocate memory (12)\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "NCCL cannot extend its shm segment", log: "node1:812:812 [0] NCCL WARN Error: failed to extend /dev/shm/nccl-Hn9qJ2 to 9637892 bytes\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "OSError writing under /dev/shm", log: "OSError: [Errno 28] No space left on device: '/dev/shm/cache/shard_0007.npy'\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "worker killed by a bus error alone", log: "RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.\n",
+			kind: KindHostOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				sharedMemory(t, v)
+				if !strings.Contains(v.Diagnosis, "only the bus error") || !strings.Contains(v.Diagnosis, "pid 9943") {
+					t.Errorf("diagnosis %q", v.Diagnosis)
+				}
+			}},
+		{name: "exited unexpectedly, then the worker's shm message", log: "RuntimeError: DataLoader worker (pid(s) 41210) exited unexpectedly\nERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+
+		// Look-alikes.
+		{name: "disk full on a checkpoint path", log: "OSError: [Errno 28] No space left on device: '/scratch/ckpt/step_2000.pt'\n",
+			kind: KindCrash, rank: -1, reason: "No space left on device", check: notSharedMemory},
+		{name: "torch shm file and too many open files", log: "RuntimeError: unable to open shared memory object </torch_3184_1474410342_70> in read-write mode: Too many open files (24)\n",
+			kind: KindCrash, rank: -1, reason: "unable to open shared memory object", check: notSharedMemory},
+		{name: "/dev/shm in a df line", log: "shm              64M     0   64M   0% /dev/shm\nINFO: mounting /dev/shm with size=8g\n",
+			kind: KindNone, rank: -1},
+		{name: "a bus error that is not a DataLoader worker's", log: "Bus error (core dumped)\n",
+			kind: KindCrash, rank: -1, reason: "bus error", check: notSharedMemory},
+	})
+}
+
+// formSample is a sample log under testdata/forms with what it must give.
+type formSample struct {
+	file   string
+	kind   Kind
+	reason string
+	check  func(t *testing.T, v Verdict)
+}
+
+func runSamples(t *testing.T, samples []formSample) {
+	t.Helper()
+	for _, s := range samples {
+		t.Run(s.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "forms", s.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := classifyString(t, string(data), ClassifierOptions{})
+			if v.Kind != s.kind || !strings.Contains(v.Reason, s.reason) {
+				t.Fatalf("kind %s reason %q (line %d: %q), want %s with %q", v.Kind, v.Reason, v.Line, v.Text, s.kind, s.reason)
+			}
+			if s.check != nil {
+				s.check(t, v)
+			}
+		})
+	}
+}
+
+func TestSharedMemorySamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"shm-dataloader-docker.log", KindHostOOM, "shared memory", func(t *testing.T, v Verdict) {
+			sharedMemory(t, v)
+			if v.Line != 11 || v.Phase != PhaseTrain {
+				t.Errorf("line %d phase %q, want the torch_ file line (11) in training", v.Line, v.Phase)
+			}
+		}},
+		{"shm-bus-error-worker-only.log", KindHostOOM, "bus error", sharedMemory},
+		{"disk-full-checkpoint.log", KindCrash, "", notSharedMemory},
+		{"shm-too-many-open-files.log", KindCrash, "unable to open shared memory object", notSharedMemory},
+	})
 }
