@@ -231,6 +231,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		s += ": " + v.Reason
 		d = append(d, sentence(s))
+		if f != nil && f.detail != "" {
+			d = append(d, sentence(f.detail))
+		}
 		if v.OOM != nil && v.OOM.RequestedBytes != nil {
 			d = append(d, "The allocation that failed asked for "+humanize.GiB(*v.OOM.RequestedBytes)+".")
 			if *v.OOM.RequestedBytes >= 64<<30 {

@@ -128,16 +128,14 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if h.has(kwBadAlloc) {
+		if f, ok := badAllocLine(t); ok {
+			return f, true
+		}
+	}
 	if h.has(kwMemoryError) {
-		if i := bIndex(t, "MemoryError"); i >= 0 && !bHas(t, "OutOfMemoryError") {
-			end := i + len("MemoryError")
-			if end == len(t) || t[end] == ':' || t[end] == ' ' {
-				if name := identBefore(t, end); name != "" {
-					f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
-					f.oom = &OOM{Format: "python_memory_error", Exception: name}
-					return f, true
-				}
-			}
+		if f, ok := memoryErrorLine(t); ok {
+			return f, true
 		}
 	}
 	if h.has(kwKilled) {
@@ -254,6 +252,72 @@ func sharedMemoryLine(t []byte, h *hitSet) (failure, bool) {
 		return f, true
 	}
 	return failure{}, false
+}
+
+// badAllocLine recognises C++'s std::bad_alloc, which operator new throws
+// when malloc fails: the runtime's "terminate called after throwing an
+// instance of 'std::bad_alloc'" and its "  what():  std::bad_alloc", and an
+// exception line that passes it on ("RuntimeError: std::bad_alloc"). A
+// mention elsewhere (a source line, "catch (std::bad_alloc&)") is not one.
+func badAllocLine(t []byte) (failure, bool) {
+	tt := trimSpace(t)
+	ok := bHas(t, "instance of 'std::bad_alloc'") || bHasPrefix(tt, "what():") && bytes.HasSuffix(tt, []byte("std::bad_alloc"))
+	exc := ""
+	if !ok {
+		// "SomeError: std::bad_alloc" at the start of the line.
+		i := bIndex(t, ": std::bad_alloc")
+		if i < 0 || !bytes.HasSuffix(tt, []byte("std::bad_alloc")) {
+			return failure{}, false
+		}
+		exc = identBefore(t, i)
+		if exc == "" || len(trimSpace(t[:i-len(exc)])) > 0 {
+			return failure{}, false
+		}
+	}
+	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (C++ std::bad_alloc)", "bad_alloc")
+	f.oom = &OOM{Format: "cpp_bad_alloc", Exception: exc}
+	f.detail = "a C++ allocation (operator new) failed and threw std::bad_alloc; a size computed wrong (negative or huge) throws it too"
+	return f, true
+}
+
+// memoryErrorLine recognises Python's MemoryError as a traceback ends it:
+// "MemoryError" alone, "MemoryError: ...", a module-qualified subclass
+// ("numpy.core._exceptions.MemoryError: Unable to allocate array with shape
+// ..."), at the start of the line or glued to a progress bar as any exception
+// line may be. The word inside other text ("no MemoryError seen", "except
+// MemoryError:", "raise MemoryError") is not one.
+func memoryErrorLine(t []byte) (failure, bool) {
+	i := bIndex(t, "MemoryError")
+	if i < 0 || bHas(t, "OutOfMemoryError") {
+		return failure{}, false
+	}
+	end := i + len("MemoryError")
+	rest := t[end:]
+	if !(len(trimSpace(rest)) == 0 || rest[0] == ':') {
+		return failure{}, false
+	}
+	name := identBefore(t, end)
+	if name == "" {
+		return failure{}, false
+	}
+	if lead := trimSpace(t[:end-len(name)]); len(lead) > 0 {
+		switch lead[len(lead)-1] {
+		case ']', '|', '-', '>', '`', '"':
+		default:
+			return failure{}, false
+		}
+	}
+	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
+	f.oom = &OOM{Format: "python_memory_error", Exception: name}
+	if len(rest) > 0 {
+		if v, ok := memSizeAfter(rest, "allocate "); ok {
+			f.oom.RequestedBytes = valPtr(v)
+		}
+		if bHas(rest, "std::bad_alloc") {
+			f.oom.Format = "cpp_bad_alloc" // pybind11 turns std::bad_alloc into MemoryError
+		}
+	}
+	return f, true
 }
 
 // mentionsGPU says whether a line talks about a GPU device.

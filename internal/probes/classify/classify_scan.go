@@ -62,6 +62,7 @@ const (
 	kwInfinite
 	kwTorchShm // "</torch_": a PyTorch shared-memory file
 	kwDevShm   // "/dev/shm"
+	kwBadAlloc // "bad_alloc": C++ std::bad_alloc
 
 	// phases
 	kwEpoch
@@ -143,6 +144,7 @@ var kwTable = []kwEntry{
 	{kwInfinite, "infinite", true},
 	{kwTorchShm, "</torch_", false},
 	{kwDevShm, "/dev/shm", false},
+	{kwBadAlloc, "bad_alloc", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

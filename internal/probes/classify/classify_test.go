@@ -855,3 +855,75 @@ func TestSharedMemorySamples(t *testing.T) {
 		{"shm-too-many-open-files.log", KindCrash, "unable to open shared memory object", notSharedMemory},
 	})
 }
+
+func TestCPUAllocForms(t *testing.T) {
+	format := func(want string, req int64) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			if v.OOM == nil || v.OOM.Format != want {
+				t.Fatalf("oom %+v, want format %q", v.OOM, want)
+			}
+			if req >= 0 {
+				wantBytes(t, "requested", v.OOM.RequestedBytes, req)
+			} else if v.OOM.RequestedBytes != nil {
+				t.Errorf("requested %d, want none", *v.OOM.RequestedBytes)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "terminate with bad_alloc", log: "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted (core dumped)\n",
+			kind: KindCPUAllocOOM, rank: -1, reason: "std::bad_alloc", check: func(t *testing.T, v Verdict) {
+				format("cpp_bad_alloc", -1)(t, v)
+				if v.Line != 1 || !strings.Contains(v.Diagnosis, "operator new") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+		{name: "what line alone", log: "  what():  std::bad_alloc\n", kind: KindCPUAllocOOM, rank: -1, check: format("cpp_bad_alloc", -1)},
+		{name: "bad_alloc passed on as an exception", log: "[rank2]: RuntimeError: std::bad_alloc\n", kind: KindCPUAllocOOM, rank: 2,
+			check: func(t *testing.T, v Verdict) {
+				format("cpp_bad_alloc", -1)(t, v)
+				if v.OOM.Exception != "RuntimeError" {
+					t.Errorf("exception %q", v.OOM.Exception)
+				}
+			}},
+		{name: "pybind11 MemoryError from bad_alloc", log: "MemoryError: std::bad_alloc\n", kind: KindCPUAllocOOM, rank: -1, check: format("cpp_bad_alloc", -1)},
+		{name: "numpy 1.x with size", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.73 GiB for an array with shape (500000000,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", rnd(3.73*gib))},
+		{name: "numpy 2 module path", log: "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 12.0 MiB for an array with shape (1572864,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				format("numpy", 12*mib)(t, v)
+				if v.OOM.Exception != "numpy._core._exceptions._ArrayMemoryError" {
+					t.Errorf("exception %q", v.OOM.Exception)
+				}
+			}},
+		{name: "numpy keeps the point of a whole value", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 100. GiB for an array with shape (100000, 134218) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", 100*gib)},
+		{name: "numpy in bytes", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 800 bytes for an array with shape (100,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", 800)},
+		{name: "numpy 1.16 MemoryError without size", log: "numpy.core._exceptions.MemoryError: Unable to allocate array with shape (60000, 784, 784) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("python_memory_error", -1)},
+		{name: "bare MemoryError after a traceback", log: "Traceback (most recent call last):\n  File \"prep.py\", line 40, in <module>\n    feats = [extract(x) for x in rows]\nMemoryError\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("python_memory_error", -1)},
+		{name: "MemoryError glued to a bar", log: "  3%|3         | 30/1000 [00:04<02:10]MemoryError: \n", kind: KindCPUAllocOOM, rank: -1},
+
+		// Look-alikes.
+		{name: "MemoryError inside a log line", log: "INFO:data: no MemoryError seen while caching shard 3\nWARNING: retrying after MemoryError\n", kind: KindNone, rank: -1},
+		{name: "MemoryError in traceback source lines", log: "    except MemoryError:\n    raise MemoryError(\"too big\")\n", kind: KindNone, rank: -1},
+		{name: "a logged MemoryError counter", log: "stats: MemoryError=0 TimeoutError=0\n", kind: KindNone, rank: -1},
+		{name: "bad_alloc in source and prose", log: "    } catch (const std::bad_alloc& e) {\nnote: std::bad_alloc handling enabled\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestCPUAllocSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"bad-alloc-terminate.log", KindCPUAllocOOM, "std::bad_alloc", func(t *testing.T, v Verdict) {
+			if v.Line != 4 || v.Step == nil || *v.Step != 1200 {
+				t.Errorf("line %d step %s, want line 4 at step 1200", v.Line, fmtPtr(v.Step))
+			}
+		}},
+		{"numpy-array-memory-error.log", KindCPUAllocOOM, "", func(t *testing.T, v Verdict) {
+			wantBytes(t, "requested", v.OOM.RequestedBytes, rnd(3.73*gib))
+		}},
+		{"memory-error-in-log-lines.log", KindNone, "", nil},
+	})
+}
