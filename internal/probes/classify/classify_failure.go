@@ -138,6 +138,11 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if h.has(kwExceeded) {
+		if f, ok := slurmLimitLine(t); ok {
+			return f, true
+		}
+	}
 	if h.has(kwKilled) {
 		if f, ok := killedLine(t); ok {
 			return f, true
@@ -317,6 +322,73 @@ func memoryErrorLine(t []byte) (failure, bool) {
 			f.oom.Format = "cpp_bad_alloc" // pybind11 turns std::bad_alloc into MemoryError
 		}
 	}
+	return f, true
+}
+
+const mibBytes = 1 << 20
+
+// slurmLimitLine recognises slurmstepd's own memory enforcement, older than
+// its cgroup's oom-kill events:
+//
+//   - the accounting plugin's "Job 1234 exceeded memory limit (4104892 >
+//     4096000), being killed" (also "Step 1234.0", and "virtual memory
+//     limit"): used > limit in KiB; Slurm 20.11 and later print the step as
+//     "StepId=1234.0" (or "JobId=1234") and the figures in bytes;
+//   - the task/cgroup plugin's "Exceeded job memory limit" and "Exceeded
+//     step memory limit at some point."
+func slurmLimitLine(t []byte) (failure, bool) {
+	if i := bIndex(t, "xceeded job memory limit"); i > 0 || bHas(t, "xceeded step memory limit") {
+		f := memFailure(KindHostOOM, "killed by Slurm for memory (job memory limit exceeded)", "slurm")
+		if i < 0 {
+			f.reason = "killed by Slurm for memory (step memory limit exceeded)"
+		}
+		f.detail = "Slurm's step daemon reports: " + clipText(string(trimSpace(t[bIndex(t, "xceeded")-1:])), 120)
+		return f, true
+	}
+	i := bIndex(t, " exceeded memory limit (")
+	n := len(" exceeded memory limit (")
+	virt := false
+	if i < 0 {
+		i, n, virt = bIndex(t, " exceeded virtual memory limit ("), len(" exceeded virtual memory limit ("), true
+	}
+	if i < 0 {
+		return failure{}, false
+	}
+	used, un, ok1 := scanInt(t[i+n:])
+	r := t[i+n+un:]
+	if !ok1 || !bHasPrefix(r, " > ") {
+		return failure{}, false
+	}
+	limit, ln, ok2 := scanInt(r[len(" > "):])
+	if !ok2 || !bHasPrefix(r[len(" > ")+ln:], ")") {
+		return failure{}, false
+	}
+	// The step, as the message names it: the word or two before.
+	head := t[:i]
+	s := bytes.LastIndexByte(head, ' ') + 1
+	if w := head[s:]; !bytes.HasPrefix(w, []byte("StepId=")) && !bytes.HasPrefix(w, []byte("JobId=")) {
+		if p := bytes.LastIndexByte(head[:max(s-1, 0)], ' ') + 1; s > 0 && (bHasPrefix(head[p:], "Job ") || bHasPrefix(head[p:], "Step ")) {
+			s = p
+		}
+	}
+	id := string(head[s:])
+	unit := int64(1 << 10) // KiB: "Job N", "Step N.M"
+	if strings.HasPrefix(id, "StepId=") || strings.HasPrefix(id, "JobId=") {
+		unit = 1
+	}
+	what := "memory"
+	if virt {
+		what = "virtual memory"
+	}
+	f := memFailure(KindHostOOM, "killed by Slurm for memory ("+what+" limit exceeded)", "slurm")
+	f.oom = &OOM{Format: "slurm_memory_limit", InUseBytes: valPtr(used * unit), TotalBytes: valPtr(limit * unit)}
+	u, l := humanize.GiB(used*unit), humanize.GiB(limit*unit)
+	if u == l {
+		// Slurm's limits are whole MiB (--mem=4000M): 4009 MiB against
+		// 4000 MiB reads better than 3.91 GiB against 3.91 GiB.
+		u, l = itoa((used*unit+mibBytes/2)/mibBytes)+" MiB", itoa((limit*unit+mibBytes/2)/mibBytes)+" MiB"
+	}
+	f.detail = "Slurm measured " + id + " using " + u + " of " + what + " against its limit of " + l
 	return f, true
 }
 

@@ -63,6 +63,7 @@ const (
 	kwTorchShm // "</torch_": a PyTorch shared-memory file
 	kwDevShm   // "/dev/shm"
 	kwBadAlloc // "bad_alloc": C++ std::bad_alloc
+	kwExceeded // "xceeded": Slurm's "exceeded memory limit", "Exceeded job memory limit"
 
 	// phases
 	kwEpoch
@@ -145,6 +146,7 @@ var kwTable = []kwEntry{
 	{kwTorchShm, "</torch_", false},
 	{kwDevShm, "/dev/shm", false},
 	{kwBadAlloc, "bad_alloc", false},
+	{kwExceeded, "xceeded", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

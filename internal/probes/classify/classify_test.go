@@ -927,3 +927,52 @@ func TestCPUAllocSamples(t *testing.T) {
 		{"memory-error-in-log-lines.log", KindNone, "", nil},
 	})
 }
+
+func TestSlurmLimitForms(t *testing.T) {
+	figures := func(used, limit int64, words string) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			if v.OOM == nil || v.OOM.Format != "slurm_memory_limit" {
+				t.Fatalf("oom %+v", v.OOM)
+			}
+			wantBytes(t, "in use", v.OOM.InUseBytes, used)
+			wantBytes(t, "limit", v.OOM.TotalBytes, limit)
+			if !strings.Contains(v.Diagnosis, words) || !strings.Contains(strings.Join(v.Suggestions, " "), "--mem") {
+				t.Errorf("diagnosis %q, suggestions %q", v.Diagnosis, v.Suggestions)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "job exceeded memory limit in KiB", log: "slurmstepd: error: Job 1234 exceeded memory limit (4104892 > 4096000), being killed\n",
+			kind: KindHostOOM, rank: -1, reason: "Slurm", check: figures(4104892<<10, 4096000<<10, "Job 1234 using 4009 MiB of memory against its limit of 4000 MiB")},
+		{name: "step exceeded memory limit", log: "slurmstepd: error: Step 881204.0 exceeded memory limit (16812544 > 16777216), being killed\n",
+			kind: KindHostOOM, rank: -1, check: figures(16812544<<10, 16<<30, "Step 881204.0 using 16.03 GiB of memory against its limit of 16.00 GiB")},
+		{name: "StepId form in bytes", log: "slurmstepd-gpu07: error: StepId=4242.0 exceeded memory limit (68736253952 > 68719476736), being killed\n",
+			kind: KindHostOOM, rank: -1, check: figures(68736253952, 64<<30, "StepId=4242.0 using")},
+		{name: "virtual memory limit", log: "slurmstepd: error: Job 77 exceeded virtual memory limit (9437184 > 8388608), being killed\n",
+			kind: KindHostOOM, rank: -1, reason: "virtual memory", check: figures(9<<30, 8<<30, "of virtual memory")},
+		{name: "task/cgroup job limit", log: "slurmstepd: error: Exceeded job memory limit\n", kind: KindHostOOM, rank: -1, reason: "job memory limit"},
+		{name: "task/cgroup step limit", log: "slurmstepd: error: Exceeded step memory limit at some point.\n", kind: KindHostOOM, rank: -1, reason: "step memory limit"},
+		{name: "then the oom-kill events refine it", log: "slurmstepd: error: Job 1234 exceeded memory limit (4104892 > 4096000), being killed\nslurmstepd: error: Detected 1 oom-kill event(s) in StepId=1234.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.\n",
+			kind: KindHostOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				if v.Line != 1 || !strings.Contains(v.Diagnosis, "4009 MiB") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+
+		// Look-alikes.
+		{name: "other limits exceeded", log: "WARNING: Rate limit exceeded, retrying in 4s\nerror: context deadline exceeded\nmax_len exceeded memory budget estimate, truncating\n", kind: KindNone, rank: -1},
+		{name: "exceeded memory limit without figures", log: "note: the cache exceeded memory limit (soft) once\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestSlurmLimitSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"slurm-exceeded-memory-limit.log", KindHostOOM, "Slurm", func(t *testing.T, v Verdict) {
+			wantBytes(t, "in use", v.OOM.InUseBytes, 4104892<<10)
+			if v.Line != 3 || v.Phase != PhaseTrain {
+				t.Errorf("line %d phase %q", v.Line, v.Phase)
+			}
+		}},
+	})
+}
