@@ -269,9 +269,12 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "slurm" {
 			add("Ask Slurm for more memory (--mem or --mem-per-cpu) if the node has it.")
 		}
+		if f != nil && f.family == "container" {
+			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
+		}
 		add("Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects.",
 			"Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), and lower prefetch_factor.")
-		if f == nil || f.family != "slurm" {
+		if f == nil || f.family != "slurm" && f.family != "container" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
 	case KindCrash:

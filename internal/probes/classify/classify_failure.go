@@ -633,12 +633,24 @@ func exhaustedOrOOM(t []byte, h *hitSet) (failure, bool) {
 			f.detail = kernelKilled(t)
 		}
 		return f, true
-	case bHas(t, "OOM Killed") || bHas(t, "OOMKilled") || bHas(t, "oom-killed") || bHas(t, "OOM-killed"):
-		f := memFailure(KindHostOOM, "killed for memory (OOM killed)", "slurm")
-		f.detail = string(trimSpace(t))
-		if len(f.detail) > 200 {
-			f.detail = f.detail[:200]
+	case bHas(t, "OOMKilled"):
+		// Docker and Kubernetes: a container's "Reason: OOMKilled",
+		// "command terminated with exit code 137 (OOMKilled)", a pod's
+		// "reason": "OOMKilled". docker inspect's "OOMKilled": false is not.
+		i := bIndex(t, "OOMKilled")
+		r := bytes.TrimLeft(t[i+len("OOMKilled"):], "\"': =")
+		if bHasPrefix(r, "false") || bHasPrefix(r, "False") {
+			return failure{}, false
 		}
+		f := memFailure(KindHostOOM, "killed for memory (the container was OOMKilled)", "container")
+		f.detail = clipText(string(trimSpace(t)), 200)
+		return f, true
+	case bHas(t, "OOM Killed") || bHas(t, "oom-killed") || bHas(t, "OOM-killed"):
+		f := memFailure(KindHostOOM, "killed for memory (OOM killed)", "oom_killed")
+		if indexFoldASCII(t, "slurm") >= 0 || bHas(t, "StepId=") {
+			f.family = "slurm"
+		}
+		f.detail = clipText(string(trimSpace(t)), 200)
 		return f, true
 	}
 	return failure{}, false
@@ -687,9 +699,9 @@ func killedLine(t []byte) (failure, bool) {
 	}
 	tt := trimSpace(t)
 	tt = bytes.Trim(tt, "\"'`")
-	if string(tt) == "Killed" || bytes.HasPrefix(tt, []byte("zsh: killed")) {
+	if string(tt) == "Killed" || bytes.HasPrefix(tt, []byte("zsh: killed")) || jobKilled(tt) {
 		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
-		f.detail = "the shell printed \"" + string(tt) + "\""
+		f.detail = "the shell printed \"" + clipText(string(tt), 160) + "\""
 		return f, true
 	}
 	// bash in a batch script: "slurm_script: line 41: 30517 Killed   python3 fit_model.py ..."
@@ -727,6 +739,50 @@ func killedLine(t []byte) (failure, bool) {
 		return f, true
 	}
 	return failure{}, false
+}
+
+// jobKilled recognises a shell's job-control notice for a background job
+// killed by SIGKILL: zsh's "[1]  + killed     python train.py" and "[1]
+// 31337 killed     python train.py" (zsh writes signal states in lower
+// case, after the job's mark or pid) and bash's "[1]+
+// Killed                  python train.py". The state is padded to a
+// column, which prose ("[1] killed workers are ...") is not.
+func jobKilled(tt []byte) bool {
+	if len(tt) < 4 || tt[0] != '[' {
+		return false
+	}
+	e := bytes.IndexByte(tt, ']')
+	if e < 2 || e > 6 {
+		return false
+	}
+	for _, c := range tt[1:e] {
+		if !asciiDigit(c) {
+			return false
+		}
+	}
+	r := tt[e+1:]
+	mark := false // the current (+) or previous (-) job
+	if len(r) > 0 && (r[0] == '+' || r[0] == '-') {
+		r, mark = r[1:], true
+	}
+	r = trimSpaceLeft(r)
+	if len(r) > 0 && (r[0] == '+' || r[0] == '-') {
+		r, mark = trimSpaceLeft(r[1:]), true
+	}
+	pid := false
+	if _, n, ok := scanInt(r); ok && n > 0 && asciiDigit(r[0]) {
+		r, pid = trimSpaceLeft(r[n:]), true // zsh prints the pid of a job it started
+	}
+	// Both shells pad the state to a column: "killed     cmd".
+	switch {
+	case (pid || mark) && bHasPrefix(r, "killed"):
+		r = r[len("killed"):]
+	case bHasPrefix(r, "Killed"):
+		r = r[len("Killed"):]
+	default:
+		return false
+	}
+	return len(r) == 0 || bHasPrefix(r, "  ")
 }
 
 // localizedKilled lists the shell's "Killed" in other languages (glibc's
@@ -789,6 +845,27 @@ func exitLine(t []byte) (failure, bool) {
 			if k := bytes.IndexByte(t[j:], ')'); k > 0 && k < 100 {
 				f.detail = "DataLoader worker " + string(t[j+1:j+k])
 			}
+		}
+		return f, true
+	}
+	if i := bIndex(t, "exits with return code = "); i >= 0 {
+		// DeepSpeed's launcher: "[ERROR] [launch.py:322:sigkill_handler]
+		// ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits
+		// with return code = -9"
+		code, _, ok := scanInt(t[i+len("exits with return code = "):])
+		if !ok {
+			return failure{}, false
+		}
+		f := exitFailure(code, "deepspeed")
+		if f.kind == KindNone {
+			return failure{}, false
+		}
+		f.detail = "DeepSpeed's launcher: a worker exited with return code " + itoa(code)
+		if v, ok := intAfterKey(t, "--local_rank="); ok {
+			f.detail = "DeepSpeed's launcher: local rank " + itoa(v) + " exited with return code " + itoa(code)
+		}
+		if code == -9 {
+			f.detail += " (SIGKILL)"
 		}
 		return f, true
 	}

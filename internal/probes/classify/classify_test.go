@@ -976,3 +976,49 @@ func TestSlurmLimitSamples(t *testing.T) {
 		}},
 	})
 }
+
+func TestKilledForms(t *testing.T) {
+	advice := func(want, not string) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			sug := strings.Join(v.Suggestions, " ")
+			if !strings.Contains(sug, want) || not != "" && strings.Contains(sug, not) {
+				t.Errorf("suggestions %q: want %q, not %q", sug, want, not)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "zsh killed", log: "zsh: killed     python train.py --config configs/base.yaml\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "zsh job notice", log: "[1]  + killed     python train.py\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "zsh job notice with pid", log: "[1]    21086 killed     python3 train.py --bs 64\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "bash job notice", log: "[2]+  Killed                  nohup python train.py > train.log 2>&1\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "Kubernetes pod status", log: "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n",
+			kind: KindHostOOM, rank: -1, reason: "OOMKilled", check: advice("resources.limits.memory", "Slurm")},
+		{name: "kubectl exec exit code 137", log: "command terminated with exit code 137 (OOMKilled)\n", kind: KindHostOOM, rank: -1, reason: "OOMKilled", check: advice("docker run --memory", "Slurm")},
+		{name: "pod reason in JSON", log: `{"containerID": "containerd://4f1e", "exitCode": 137, "reason": "OOMKilled"}` + "\n", kind: KindHostOOM, rank: -1, reason: "OOMKilled"},
+		{name: "DeepSpeed launcher -9", log: "[2024-01-01 10:00:00,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 40211\n[2024-01-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1', '--deepspeed', 'ds.json'] exits with return code = -9\n",
+			kind: KindHostOOM, rank: -1, reason: "SIGKILL", check: func(t *testing.T, v Verdict) {
+				if v.Line != 2 || !strings.Contains(v.Diagnosis, "local rank 1 exited with return code -9") || !strings.Contains(v.Diagnosis, "does not prove") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+		{name: "DeepSpeed launcher 1 is not memory", log: "[ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py', '--local_rank=0'] exits with return code = 1\n",
+			kind: KindCrash, rank: -1, reason: "exited with code 1"},
+
+		// Look-alikes.
+		{name: "killed in prose", log: "INFO: zombie workers killed: 0\nthe watchdog killed nothing this epoch\n[1] killed workers are restarted by the pool\n[2]  + killed the stale lock\n", kind: KindNone, rank: -1},
+		{name: "docker inspect OOMKilled false", log: "            \"OOMKilled\": false,\n            \"Dead\": false,\n", kind: KindNone, rank: -1},
+		{name: "DeepSpeed launcher 0", log: "[INFO] [launch.py:347:main] Process 40211 exits successfully.\n[INFO] ['python', 'train.py'] exits with return code = 0\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestKilledSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"k8s-oomkilled.log", KindHostOOM, "OOMKilled", nil},
+		{"deepspeed-return-code-9.log", KindHostOOM, "SIGKILL", func(t *testing.T, v Verdict) {
+			if v.Step == nil || *v.Step != 11 {
+				t.Errorf("step %s, want 11", fmtPtr(v.Step))
+			}
+		}},
+	})
+}
