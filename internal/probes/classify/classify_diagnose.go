@@ -5,11 +5,41 @@ package classify
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/gpuguard/gpuguard/internal/humanize"
 )
+
+// sizeWords states a size in the unit that reads best: GiB with two
+// decimals from 1 GiB up (as OOM messages print the figures compared with
+// it), else the largest unit in which it is at least 1, with three
+// significant digits as NumPy prints them: "15.82 GiB", "300 MiB", "12.0
+// MiB", "3.25 MiB", "812 KiB", "512 bytes". Two decimals of GiB would say
+// "0.01 GiB" for 12 MiB.
+func sizeWords(b int64) string {
+	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
+	if b >= gib || b <= -gib {
+		return strconv.FormatFloat(float64(b)/gib, 'f', 2, 64) + " GiB"
+	}
+	unit, div := "bytes", int64(1)
+	switch a := max(b, -b); {
+	case a >= mib:
+		unit, div = "MiB", mib
+	case a >= kib:
+		unit, div = "KiB", kib
+	default:
+		return strconv.FormatInt(b, 10) + " bytes"
+	}
+	v := float64(b) / float64(div)
+	prec := 0
+	switch a := max(v, -v); {
+	case a < 9.995:
+		prec = 2
+	case a < 99.95:
+		prec = 1
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
+}
 
 // Fragmentation rule.
 //
@@ -235,7 +265,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 			d = append(d, sentence(f.detail))
 		}
 		if v.OOM != nil && v.OOM.RequestedBytes != nil {
-			d = append(d, "The allocation that failed asked for "+humanize.GiB(*v.OOM.RequestedBytes)+".")
+			d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
 			if *v.OOM.RequestedBytes >= 64<<30 {
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
@@ -334,7 +364,7 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	var s string
 	switch {
 	case o.RequestedBytes != nil:
-		s = "It asked for " + humanize.GiB(*o.RequestedBytes)
+		s = "It asked for " + sizeWords(*o.RequestedBytes)
 		if f != nil && f.extra.tfShape != "" {
 			s += " (a " + f.extra.tfType + " tensor of " + f.extra.tfShape + ")"
 		}
@@ -348,10 +378,10 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	}
 	var dev []string
 	if o.TotalBytes != nil {
-		dev = append(dev, humanize.GiB(*o.TotalBytes)+" in total")
+		dev = append(dev, sizeWords(*o.TotalBytes)+" in total")
 	}
 	if o.FreeBytes != nil {
-		dev = append(dev, humanize.GiB(*o.FreeBytes)+" free")
+		dev = append(dev, sizeWords(*o.FreeBytes)+" free")
 	}
 	if len(dev) > 0 {
 		s += ", which had " + strings.Join(dev, " and ")
@@ -362,17 +392,17 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	d = append(d, s+".")
 	var held []string
 	if o.InUseBytes != nil {
-		held = append(held, "this process held "+humanize.GiB(*o.InUseBytes)+" in all")
+		held = append(held, "this process held "+sizeWords(*o.InUseBytes)+" in all")
 	}
 	if o.AllocatedBytes != nil {
-		a := "PyTorch had " + humanize.GiB(*o.AllocatedBytes) + " allocated to tensors"
+		a := "PyTorch had " + sizeWords(*o.AllocatedBytes) + " allocated to tensors"
 		if o.Format == "mps" {
-			a = "MPS had " + humanize.GiB(*o.AllocatedBytes) + " allocated"
+			a = "MPS had " + sizeWords(*o.AllocatedBytes) + " allocated"
 		}
 		held = append(held, a)
 	}
 	if o.ReservedUnallocatedBytes != nil {
-		held = append(held, humanize.GiB(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
+		held = append(held, sizeWords(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
 	}
 	if len(held) > 0 {
 		d = append(d, sentence(strings.Join(held, "; ")))
@@ -380,12 +410,12 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	if f != nil {
 		x := f.extra
 		if x.mpsOther != nil && x.mpsMax != nil {
-			d = append(d, "Other allocations held "+humanize.GiB(*x.mpsOther)+" against an MPS limit of "+humanize.GiB(*x.mpsMax)+".")
+			d = append(d, "Other allocations held "+sizeWords(*x.mpsOther)+" against an MPS limit of "+sizeWords(*x.mpsMax)+".")
 		}
 		if x.allowed != nil {
-			s := "A per-process limit (torch.cuda.set_per_process_memory_fraction) allowed this process only " + humanize.GiB(*x.allowed)
+			s := "A per-process limit (torch.cuda.set_per_process_memory_fraction) allowed this process only " + sizeWords(*x.allowed)
 			if o.FreeBytes != nil {
-				s += ", while the device itself had " + humanize.GiB(*o.FreeBytes) + " free"
+				s += ", while the device itself had " + sizeWords(*o.FreeBytes) + " free"
 			}
 			d = append(d, s+".")
 		}
@@ -409,17 +439,17 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 	o := v.OOM
 	tooBig := o != nil && o.RequestedBytes != nil && o.TotalBytes != nil && *o.RequestedBytes > *o.TotalBytes
 	if tooBig {
-		*d = append(*d, "The request alone ("+humanize.GiB(*o.RequestedBytes)+") is larger than the whole device ("+humanize.GiB(*o.TotalBytes)+"): no allocator setting and no retry can make it fit.")
+		*d = append(*d, "The request alone ("+sizeWords(*o.RequestedBytes)+") is larger than the whole device ("+sizeWords(*o.TotalBytes)+"): no allocator setting and no retry can make it fit.")
 		add("Do not retry with the same settings: find the tensor that is far larger than intended (a shape, sequence length or image size mistake), or split the work into smaller pieces.")
 	}
 	if v.OtherProcesses {
 		var ps []string
 		for _, p := range o.OtherProcesses {
-			ps = append(ps, fmt.Sprintf("process %d holds %s", p.PID, humanize.GiB(p.Bytes)))
+			ps = append(ps, fmt.Sprintf("process %d holds %s", p.PID, sizeWords(p.Bytes)))
 		}
 		s := "Other processes hold memory on this device: " + strings.Join(ps, ", ") + ". Inside a container the job itself can appear as \"Process N\""
 		if likelySelf(o) {
-			s += "; here it probably is this job: it holds about what PyTorch reserved (" + humanize.GiB(*o.ReservedTotalBytes) + ")"
+			s += "; here it probably is this job: it holds about what PyTorch reserved (" + sizeWords(*o.ReservedTotalBytes) + ")"
 		}
 		*d = append(*d, s+".")
 		if likelySelf(o) {
@@ -436,7 +466,7 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 		if ru < req {
 			share = fmt.Sprintf("%d%% of the request", ru*100/req)
 		}
-		*d = append(*d, "Fragmentation: "+humanize.GiB(ru)+" was reserved by PyTorch but unallocated ("+share+"), memory stranded in partly used blocks that this allocation could not use.")
+		*d = append(*d, "Fragmentation: "+sizeWords(ru)+" was reserved by PyTorch but unallocated ("+share+"), memory stranded in partly used blocks that this allocation could not use.")
 		env := "PYTORCH_CUDA_ALLOC_CONF"
 		switch {
 		case strings.Contains(v.Text, "PYTORCH_ALLOC_CONF"):

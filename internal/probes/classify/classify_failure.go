@@ -7,8 +7,6 @@ package classify
 import (
 	"bytes"
 	"strings"
-
-	"github.com/gpuguard/gpuguard/internal/humanize"
 )
 
 // Failure classes: a stronger class replaces a weaker failure seen earlier.
@@ -382,7 +380,7 @@ func slurmLimitLine(t []byte) (failure, bool) {
 	}
 	f := memFailure(KindHostOOM, "killed by Slurm for memory ("+what+" limit exceeded)", "slurm")
 	f.oom = &OOM{Format: "slurm_memory_limit", InUseBytes: valPtr(used * unit), TotalBytes: valPtr(limit * unit)}
-	u, l := humanize.GiB(used*unit), humanize.GiB(limit*unit)
+	u, l := sizeWords(used*unit), sizeWords(limit*unit)
 	if u == l {
 		// Slurm's limits are whole MiB (--mem=4000M): 4009 MiB against
 		// 4000 MiB reads better than 3.91 GiB against 3.91 GiB.
@@ -568,7 +566,7 @@ func kernelKilled(t []byte) string {
 	}
 	if k := bIndex(t, "anon-rss:"); k >= 0 {
 		if v, ok := memSizeAfter(t[k:], "anon-rss:"); ok {
-			s += ", which held " + humanize.GiB(v) + " of RAM"
+			s += ", which held " + sizeWords(v) + " of RAM"
 		}
 	}
 	return s

@@ -1022,3 +1022,67 @@ func TestKilledSamples(t *testing.T) {
 		}},
 	})
 }
+
+func TestWrappedAtASentence(t *testing.T) {
+	device := func(dev string, req int64) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			o := v.OOM
+			wantBytes(t, "requested", o.RequestedBytes, req)
+			wantBytes(t, "total", o.TotalBytes, rnd(47.50*gib))
+			wantBytes(t, "free", o.FreeBytes, rnd(194.56*mib))
+			if o.Device == nil || *o.Device != dev || v.Line != 1 {
+				t.Errorf("device %s line %d", fmtPtr(o.Device), v.Line)
+			}
+			if !strings.Contains(v.Diagnosis, "It asked for 300 MiB on "+dev+", which had 47.50 GiB in total and 195 MiB free") {
+				t.Errorf("diagnosis %q", v.Diagnosis)
+			}
+		}
+	}
+	rest := "GPU 3 has a total capacity of 47.50 GiB of which 194.56 MiB is free. Including non-PyTorch memory, this process has 47.30 GiB memory in use. Of the allocated memory 46.71 GiB is allocated by PyTorch, and 301.12 MiB is reserved by PyTorch but unallocated.\n"
+	runCases(t, []classifyCase{
+		{name: "period lost with the break", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB\n" + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+		{name: "period kept before the break", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB.\n" + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+		{name: "rank-prefixed", log: "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB\n[rank3]: " + rest,
+			kind: KindGPUOOM, rank: 3, check: device("GPU 3", 300*mib)},
+		{name: "a wrap inside the unit still joins without a space", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 Mi\nB. " + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+	})
+}
+
+func TestSizeWords(t *testing.T) {
+	for b, want := range map[int64]string{
+		0:                 "0 bytes",
+		512:               "512 bytes",
+		812 << 10:         "812 KiB",
+		12 << 20:          "12.0 MiB",
+		rnd(3.25 * mib):   "3.25 MiB",
+		rnd(194.56 * mib): "195 MiB",
+		1<<30 - 1:         "1024 MiB",
+		1 << 30:           "1.00 GiB",
+		rnd(15.82 * gib):  "15.82 GiB",
+	} {
+		if got := sizeWords(b); got != want {
+			t.Errorf("sizeWords(%d) = %q, want %q", b, got, want)
+		}
+	}
+	// The diagnosis says 12.0 MiB, not 0.01 GiB.
+	v := classifyString(t, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.25 MiB is free. Of the allocated memory 6.90 GiB is allocated by PyTorch, and 101.35 MiB is reserved by PyTorch but unallocated.\n", ClassifierOptions{})
+	if !strings.Contains(v.Diagnosis, "asked for 12.0 MiB on GPU 0, which had 7.79 GiB in total and 3.25 MiB free") || strings.Contains(v.Diagnosis, "0.01 GiB") {
+		t.Errorf("diagnosis %q", v.Diagnosis)
+	}
+}
+
+func TestWrappedSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"wrapped-torch-oom-postmortem.log", KindGPUOOM, "CUDA out of memory", func(t *testing.T, v Verdict) {
+			wantBytes(t, "requested", v.OOM.RequestedBytes, 300*mib)
+			if v.OOM.Device == nil || *v.OOM.Device != "GPU 3" || v.Rank == nil || *v.Rank != 3 || v.Phase != PhaseVal {
+				t.Errorf("device %s rank %s phase %q", fmtPtr(v.OOM.Device), fmtPtr(v.Rank), v.Phase)
+			}
+			wantBytes(t, "reserved unallocated", v.OOM.ReservedUnallocatedBytes, rnd(301.12*mib))
+		}},
+	})
+}
