@@ -340,7 +340,7 @@ func slurmLimitLine(t []byte) (failure, bool) {
 		if i < 0 {
 			f.reason = "killed by Slurm for memory (step memory limit exceeded)"
 		}
-		f.detail = "Slurm's step daemon reports: " + clipText(string(trimSpace(t[bIndex(t, "xceeded")-1:])), 120)
+		f.detail = "Slurm's step daemon reports: " + clipText(string(trimSpace(t[max(bIndex(t, "xceeded")-1, 0):])), 120)
 		return f, true
 	}
 	i := bIndex(t, " exceeded memory limit (")

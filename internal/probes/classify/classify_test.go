@@ -953,6 +953,7 @@ func TestSlurmLimitForms(t *testing.T) {
 			kind: KindHostOOM, rank: -1, reason: "virtual memory", check: figures(9<<30, 8<<30, "of virtual memory")},
 		{name: "task/cgroup job limit", log: "slurmstepd: error: Exceeded job memory limit\n", kind: KindHostOOM, rank: -1, reason: "job memory limit"},
 		{name: "task/cgroup step limit", log: "slurmstepd: error: Exceeded step memory limit at some point.\n", kind: KindHostOOM, rank: -1, reason: "step memory limit"},
+		{name: "cut at the start of the word", log: "xceeded step memory limit at some point.\n", kind: KindHostOOM, rank: -1, reason: "step memory limit"},
 		{name: "then the oom-kill events refine it", log: "slurmstepd: error: Job 1234 exceeded memory limit (4104892 > 4096000), being killed\nslurmstepd: error: Detected 1 oom-kill event(s) in StepId=1234.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.\n",
 			kind: KindHostOOM, rank: -1, check: func(t *testing.T, v Verdict) {
 				if v.Line != 1 || !strings.Contains(v.Diagnosis, "4009 MiB") {
