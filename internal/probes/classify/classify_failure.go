@@ -86,7 +86,11 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
-	if h.has(kwTorchShm) || h.has(kwDevShm) || h.has(kwBusError) {
+	if h.has(kwBusError) || (h.has(kwError) || h.has(kwUnableAlloc)) && (bHas(t, "/torch_") || bHas(t, "/dev/shm")) {
+		// Every shared-memory message but the bus error's is an exception
+		// or an error line, or says "unable to allocate": the path is
+		// searched only on such lines, which keeps the prefilter's anchors
+		// off "/dev/shm" and "torch_", common in ordinary output.
 		if f, ok := sharedMemoryLine(t, h); ok {
 			return f, true
 		}
@@ -226,8 +230,7 @@ func sharedMemoryLine(t []byte, h *hitSet) (failure, bool) {
 	if bHas(t, "Too many open files") {
 		return failure{}, false
 	}
-	if h.has(kwTorchShm) {
-		i := bIndex(t, "</torch_")
+	if i := bIndex(t, "</torch_"); i >= 0 {
 		name := t[i+1:]
 		if e := bytes.IndexByte(name, '>'); e > 0 && e < 64 {
 			name = name[:e]
@@ -249,7 +252,7 @@ func sharedMemoryLine(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
-	if h.has(kwDevShm) && (bHas(t, "No space left on device") || bHas(t, "failed to extend /dev/shm")) {
+	if bHas(t, "/dev/shm") && (bHas(t, "No space left on device") || bHas(t, "failed to extend /dev/shm")) {
 		f := shmFailure("no space left on /dev/shm")
 		f.detail = "a write to /dev/shm failed: " + clipText(string(trimSpace(t)), 200)
 		return f, true

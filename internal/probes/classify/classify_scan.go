@@ -60,9 +60,7 @@ const (
 	kwExpandable
 	kwAutoBatch
 	kwInfinite
-	kwTorchShm // "</torch_": a PyTorch shared-memory file
-	kwDevShm   // "/dev/shm"
-	kwBadAlloc // "bad_alloc": C++ std::bad_alloc
+	kwBadAlloc // "std::bad_alloc"
 	kwExceeded // "xceeded": Slurm's "exceeded memory limit", "Exceeded job memory limit"
 
 	// phases
@@ -143,9 +141,7 @@ var kwTable = []kwEntry{
 	{kwExpandable, "expandable_segments", false},
 	{kwAutoBatch, "AutoBatch", false},
 	{kwInfinite, "infinite", true},
-	{kwTorchShm, "</torch_", false},
-	{kwDevShm, "/dev/shm", false},
-	{kwBadAlloc, "bad_alloc", false},
+	{kwBadAlloc, "std::bad_alloc", false},
 	{kwExceeded, "xceeded", false},
 
 	{kwEpoch, "epoch", true},
