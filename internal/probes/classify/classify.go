@@ -164,6 +164,7 @@ type failure struct {
 	extra    oomExtra
 	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
 	lowConf  bool   // the evidence does not prove the cause
+	shm      bool   // the memory that ran out is /dev/shm (Verdict.SharedMemory)
 	phase    Phase
 	st       stepRead
 	stText   [maxStepText]byte // st's line (stLen bytes of it, cut as stCut says): no allocation per failure
@@ -730,6 +731,11 @@ func (c *Classifier) merge(cur, f *failure) {
 	if !f.lowConf {
 		cur.lowConf = false
 	}
+	if f.shm && !cur.shm {
+		// "DataLoader worker exited unexpectedly", then the worker's own
+		// word that shared memory ran out.
+		cur.shm, cur.reason = true, f.reason
+	}
 	if f.oom != nil {
 		if cur.oom == nil {
 			cur.oom = f.oom
@@ -819,6 +825,8 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 			p.buf = append(p.buf, ' ')
 		}
 		t = trimSpaceLeft(t)
+	} else if sep := sentenceBreak(p.buf, t); sep != "" && len(p.buf)+len(sep) <= maxPendingBytes {
+		p.buf = append(p.buf, sep...)
 	}
 	room := max(maxPendingBytes-len(p.buf), 0)
 	if len(t) > room {
@@ -835,6 +843,27 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 		c.pend = pendingMsg{}
 	}
 	return true
+}
+
+// sentenceBreak is what a wrap at the end of a sentence of the message took
+// away, when t starts the next sentence: PyTorch writes "Tried to allocate
+// 300.00 MiB. GPU 3 has a total capacity of ...", and a post-mortem's paste
+// breaks it as "Tried to allocate 300.00 MiB" / "GPU 3 has ..." (the period
+// lost too) or "... MiB." / "GPU 3 ...". A wrap inside a word ("Mi" / "B.",
+// "fr" / "ee.") continues in lower case and takes nothing.
+func sentenceBreak(buf, t []byte) string {
+	if len(buf) == 0 || len(t) == 0 || t[0] < 'A' || t[0] > 'Z' {
+		return ""
+	}
+	switch last := buf[len(buf)-1]; {
+	case last == '.' || last == ',' || last == ';':
+		return " "
+	case asciiLetter(last):
+		if _, _, ok := memSizeBefore(buf, len(buf)); ok {
+			return ". "
+		}
+	}
+	return ""
 }
 
 // continuation says whether t may continue a wrapped message: not empty and

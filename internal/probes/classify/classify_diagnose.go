@@ -5,11 +5,41 @@ package classify
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/gpuguard/gpuguard/internal/humanize"
 )
+
+// sizeWords states a size in the unit that reads best: GiB with two
+// decimals from 1 GiB up (as OOM messages print the figures compared with
+// it), else the largest unit in which it is at least 1, with three
+// significant digits as NumPy prints them: "15.82 GiB", "300 MiB", "12.0
+// MiB", "3.25 MiB", "812 KiB", "512 bytes". Two decimals of GiB would say
+// "0.01 GiB" for 12 MiB.
+func sizeWords(b int64) string {
+	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
+	if b >= gib || b <= -gib {
+		return strconv.FormatFloat(float64(b)/gib, 'f', 2, 64) + " GiB"
+	}
+	unit, div := "bytes", int64(1)
+	switch a := max(b, -b); {
+	case a >= mib:
+		unit, div = "MiB", mib
+	case a >= kib:
+		unit, div = "KiB", kib
+	default:
+		return strconv.FormatInt(b, 10) + " bytes"
+	}
+	v := float64(b) / float64(div)
+	prec := 0
+	switch a := max(v, -v); {
+	case a < 9.995:
+		prec = 2
+	case a < 99.95:
+		prec = 1
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
+}
 
 // Fragmentation rule.
 //
@@ -86,6 +116,7 @@ func (c *Classifier) Verdict() Verdict {
 		if f.rank >= 0 {
 			v.Rank = valPtr(f.rank)
 		}
+		v.SharedMemory = f.shm
 		if f.oom != nil {
 			o := *f.oom
 			o.OtherProcesses = append([]ProcUse(nil), f.oom.OtherProcesses...)
@@ -230,8 +261,11 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		s += ": " + v.Reason
 		d = append(d, sentence(s))
+		if f != nil && f.detail != "" {
+			d = append(d, sentence(f.detail))
+		}
 		if v.OOM != nil && v.OOM.RequestedBytes != nil {
-			d = append(d, "The allocation that failed asked for "+humanize.GiB(*v.OOM.RequestedBytes)+".")
+			d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
 			if *v.OOM.RequestedBytes >= 64<<30 {
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
@@ -240,12 +274,24 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 			"Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:
 		s := "The job was killed for host memory (RAM)"
+		why := v.Reason
+		if v.SharedMemory {
+			s, why = "The job ran out of shared memory (/dev/shm, which is RAM)", strings.TrimPrefix(why, shmReason+": ")
+		}
 		if w != "" {
 			s += " " + w
 		}
-		d = append(d, sentence(s+": "+v.Reason))
+		d = append(d, sentence(s+": "+why))
 		if f != nil && f.detail != "" {
 			d = append(d, sentence(f.detail))
+		}
+		if v.SharedMemory {
+			d = append(d, "/dev/shm is a RAM-backed filesystem with a size of its own (64 MiB by default in a Docker container): DataLoader workers hand every batch to the main process through it, so it fills up long before the machine's memory does.")
+			if f.lowConf {
+				d = append(d, "The log shows only the bus error: a DataLoader worker that dies of SIGBUS has almost always written past the end of a full /dev/shm.")
+			}
+			add("Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, or give the job a larger shared memory: docker --shm-size (or --ipc=host), on Kubernetes an emptyDir volume with medium: Memory mounted at /dev/shm; a smaller batch is not the remedy.")
+			break
 		}
 		if f != nil && f.lowConf {
 			d = append(d, "The log does not prove the cause: a process killed by SIGKILL without a message was almost always killed by the out-of-memory killer, but an administrator, a scheduler or a watchdog can do the same; gpuguard run confirms it with the cgroup's OOM-kill counter.")
@@ -253,9 +299,12 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "slurm" {
 			add("Ask Slurm for more memory (--mem or --mem-per-cpu) if the node has it.")
 		}
+		if f != nil && f.family == "container" {
+			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
+		}
 		add("Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects.",
 			"Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), and lower prefetch_factor.")
-		if f == nil || f.family != "slurm" {
+		if f == nil || f.family != "slurm" && f.family != "container" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
 	case KindCrash:
@@ -315,7 +364,7 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	var s string
 	switch {
 	case o.RequestedBytes != nil:
-		s = "It asked for " + humanize.GiB(*o.RequestedBytes)
+		s = "It asked for " + sizeWords(*o.RequestedBytes)
 		if f != nil && f.extra.tfShape != "" {
 			s += " (a " + f.extra.tfType + " tensor of " + f.extra.tfShape + ")"
 		}
@@ -329,10 +378,10 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	}
 	var dev []string
 	if o.TotalBytes != nil {
-		dev = append(dev, humanize.GiB(*o.TotalBytes)+" in total")
+		dev = append(dev, sizeWords(*o.TotalBytes)+" in total")
 	}
 	if o.FreeBytes != nil {
-		dev = append(dev, humanize.GiB(*o.FreeBytes)+" free")
+		dev = append(dev, sizeWords(*o.FreeBytes)+" free")
 	}
 	if len(dev) > 0 {
 		s += ", which had " + strings.Join(dev, " and ")
@@ -343,17 +392,17 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	d = append(d, s+".")
 	var held []string
 	if o.InUseBytes != nil {
-		held = append(held, "this process held "+humanize.GiB(*o.InUseBytes)+" in all")
+		held = append(held, "this process held "+sizeWords(*o.InUseBytes)+" in all")
 	}
 	if o.AllocatedBytes != nil {
-		a := "PyTorch had " + humanize.GiB(*o.AllocatedBytes) + " allocated to tensors"
+		a := "PyTorch had " + sizeWords(*o.AllocatedBytes) + " allocated to tensors"
 		if o.Format == "mps" {
-			a = "MPS had " + humanize.GiB(*o.AllocatedBytes) + " allocated"
+			a = "MPS had " + sizeWords(*o.AllocatedBytes) + " allocated"
 		}
 		held = append(held, a)
 	}
 	if o.ReservedUnallocatedBytes != nil {
-		held = append(held, humanize.GiB(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
+		held = append(held, sizeWords(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
 	}
 	if len(held) > 0 {
 		d = append(d, sentence(strings.Join(held, "; ")))
@@ -361,12 +410,12 @@ func gpuOOMFigures(v *Verdict, f *failure) []string {
 	if f != nil {
 		x := f.extra
 		if x.mpsOther != nil && x.mpsMax != nil {
-			d = append(d, "Other allocations held "+humanize.GiB(*x.mpsOther)+" against an MPS limit of "+humanize.GiB(*x.mpsMax)+".")
+			d = append(d, "Other allocations held "+sizeWords(*x.mpsOther)+" against an MPS limit of "+sizeWords(*x.mpsMax)+".")
 		}
 		if x.allowed != nil {
-			s := "A per-process limit (torch.cuda.set_per_process_memory_fraction) allowed this process only " + humanize.GiB(*x.allowed)
+			s := "A per-process limit (torch.cuda.set_per_process_memory_fraction) allowed this process only " + sizeWords(*x.allowed)
 			if o.FreeBytes != nil {
-				s += ", while the device itself had " + humanize.GiB(*o.FreeBytes) + " free"
+				s += ", while the device itself had " + sizeWords(*o.FreeBytes) + " free"
 			}
 			d = append(d, s+".")
 		}
@@ -390,17 +439,17 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 	o := v.OOM
 	tooBig := o != nil && o.RequestedBytes != nil && o.TotalBytes != nil && *o.RequestedBytes > *o.TotalBytes
 	if tooBig {
-		*d = append(*d, "The request alone ("+humanize.GiB(*o.RequestedBytes)+") is larger than the whole device ("+humanize.GiB(*o.TotalBytes)+"): no allocator setting and no retry can make it fit.")
+		*d = append(*d, "The request alone ("+sizeWords(*o.RequestedBytes)+") is larger than the whole device ("+sizeWords(*o.TotalBytes)+"): no allocator setting and no retry can make it fit.")
 		add("Do not retry with the same settings: find the tensor that is far larger than intended (a shape, sequence length or image size mistake), or split the work into smaller pieces.")
 	}
 	if v.OtherProcesses {
 		var ps []string
 		for _, p := range o.OtherProcesses {
-			ps = append(ps, fmt.Sprintf("process %d holds %s", p.PID, humanize.GiB(p.Bytes)))
+			ps = append(ps, fmt.Sprintf("process %d holds %s", p.PID, sizeWords(p.Bytes)))
 		}
 		s := "Other processes hold memory on this device: " + strings.Join(ps, ", ") + ". Inside a container the job itself can appear as \"Process N\""
 		if likelySelf(o) {
-			s += "; here it probably is this job: it holds about what PyTorch reserved (" + humanize.GiB(*o.ReservedTotalBytes) + ")"
+			s += "; here it probably is this job: it holds about what PyTorch reserved (" + sizeWords(*o.ReservedTotalBytes) + ")"
 		}
 		*d = append(*d, s+".")
 		if likelySelf(o) {
@@ -417,7 +466,7 @@ func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(
 		if ru < req {
 			share = fmt.Sprintf("%d%% of the request", ru*100/req)
 		}
-		*d = append(*d, "Fragmentation: "+humanize.GiB(ru)+" was reserved by PyTorch but unallocated ("+share+"), memory stranded in partly used blocks that this allocation could not use.")
+		*d = append(*d, "Fragmentation: "+sizeWords(ru)+" was reserved by PyTorch but unallocated ("+share+"), memory stranded in partly used blocks that this allocation could not use.")
 		env := "PYTORCH_CUDA_ALLOC_CONF"
 		switch {
 		case strings.Contains(v.Text, "PYTORCH_ALLOC_CONF"):

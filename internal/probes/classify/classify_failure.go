@@ -7,8 +7,6 @@ package classify
 import (
 	"bytes"
 	"strings"
-
-	"github.com/gpuguard/gpuguard/internal/humanize"
 )
 
 // Failure classes: a stronger class replaces a weaker failure seen earlier.
@@ -88,6 +86,15 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if h.has(kwBusError) || (h.has(kwError) || h.has(kwUnableAlloc)) && (bHas(t, "/torch_") || bHas(t, "/dev/shm")) {
+		// Every shared-memory message but the bus error's is an exception
+		// or an error line, or says "unable to allocate": the path is
+		// searched only on such lines, which keeps the prefilter's anchors
+		// off "/dev/shm" and "torch_", common in ordinary output.
+		if f, ok := sharedMemoryLine(t, h); ok {
+			return f, true
+		}
+	}
 	if h.has(kwUnableAlloc) {
 		// NumPy: "Unable to allocate 3.00 GiB for an array with shape (...)"
 		i := indexFoldASCII(t, "unable to allocate")
@@ -123,16 +130,19 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if h.has(kwBadAlloc) {
+		if f, ok := badAllocLine(t); ok {
+			return f, true
+		}
+	}
 	if h.has(kwMemoryError) {
-		if i := bIndex(t, "MemoryError"); i >= 0 && !bHas(t, "OutOfMemoryError") {
-			end := i + len("MemoryError")
-			if end == len(t) || t[end] == ':' || t[end] == ' ' {
-				if name := identBefore(t, end); name != "" {
-					f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
-					f.oom = &OOM{Format: "python_memory_error", Exception: name}
-					return f, true
-				}
-			}
+		if f, ok := memoryErrorLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwExceeded) {
+		if f, ok := slurmLimitLine(t); ok {
+			return f, true
 		}
 	}
 	if h.has(kwKilled) {
@@ -180,6 +190,207 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		return f, true
 	}
 	return failure{}, false
+}
+
+// shmReason is the reason of every shared-memory failure: the policy and
+// the diagnosis tell it from other host OOMs by Verdict.SharedMemory.
+const shmReason = "shared memory (/dev/shm) exhausted"
+
+// shmFailure is a host_oom for an exhausted /dev/shm: a tmpfs, that is RAM,
+// of its own size (64 MiB in a Docker container by default), which DataLoader
+// workers fill with the batches they hand to the main process.
+func shmFailure(how string) failure {
+	f := memFailure(KindHostOOM, shmReason+": "+how, "shm")
+	f.shm = true
+	return f
+}
+
+// sharedMemoryLine recognises an exhausted /dev/shm:
+//
+//   - the DataLoader worker's SIGBUS handler: "ERROR: Unexpected bus error
+//     encountered in worker. This might be caused by insufficient shared
+//     memory (shm)." (PaddlePaddle's says "BUS error ... DataLoader worker");
+//   - PyTorch's shared-memory allocator writing a tensor to a "/torch_..."
+//     file: "unable to write to file </torch_18_...>: No space left on device
+//     (28)" (older releases stop at the file name), "unable to allocate shared
+//     memory(shm) for file </torch_...>: No space left on device (28)",
+//     "unable to mmap N bytes from file </torch_...>: Cannot allocate memory
+//     (12)";
+//   - any "No space left on device" about a path under /dev/shm (NCCL's
+//     "failed to extend /dev/shm/nccl-..." too).
+//
+// "Too many open files" about a torch_ file is the descriptor limit, not
+// memory, and a full disk anywhere else is not memory either.
+func sharedMemoryLine(t []byte, h *hitSet) (failure, bool) {
+	if h.has(kwBusError) && (bHas(t, "insufficient shared memory") || bHas(t, "shared memory (shm)")) {
+		f := shmFailure("a DataLoader worker died of a bus error")
+		f.detail = "the DataLoader worker's bus-error handler says shared memory (shm) is insufficient"
+		return f, true
+	}
+	if bHas(t, "Too many open files") {
+		return failure{}, false
+	}
+	if i := bIndex(t, "</torch_"); i >= 0 {
+		name := t[i+1:]
+		if e := bytes.IndexByte(name, '>'); e > 0 && e < 64 {
+			name = name[:e]
+		} else {
+			name = nil
+		}
+		what := ""
+		switch {
+		case bHas(t, "No space left on device"):
+			what = "no space left on device"
+		case bHas(t, "Cannot allocate memory"):
+			what = "cannot allocate memory"
+		case bHas(t[:i], "unable to write to file") || bHas(t[:i], "unable to allocate shared memory"):
+			what = "the write failed"
+		}
+		if what != "" {
+			f := shmFailure("PyTorch could not write a tensor to shared memory")
+			f.detail = "PyTorch's shared-memory file " + string(name) + " under /dev/shm: " + what
+			return f, true
+		}
+	}
+	if bHas(t, "/dev/shm") && (bHas(t, "No space left on device") || bHas(t, "failed to extend /dev/shm")) {
+		f := shmFailure("no space left on /dev/shm")
+		f.detail = "a write to /dev/shm failed: " + clipText(string(trimSpace(t)), 200)
+		return f, true
+	}
+	return failure{}, false
+}
+
+// badAllocLine recognises C++'s std::bad_alloc, which operator new throws
+// when malloc fails: the runtime's "terminate called after throwing an
+// instance of 'std::bad_alloc'" and its "  what():  std::bad_alloc", and an
+// exception line that passes it on ("RuntimeError: std::bad_alloc"). A
+// mention elsewhere (a source line, "catch (std::bad_alloc&)") is not one.
+func badAllocLine(t []byte) (failure, bool) {
+	tt := trimSpace(t)
+	ok := bHas(t, "instance of 'std::bad_alloc'") || bHasPrefix(tt, "what():") && bytes.HasSuffix(tt, []byte("std::bad_alloc"))
+	exc := ""
+	if !ok {
+		// "SomeError: std::bad_alloc" at the start of the line.
+		i := bIndex(t, ": std::bad_alloc")
+		if i < 0 || !bytes.HasSuffix(tt, []byte("std::bad_alloc")) {
+			return failure{}, false
+		}
+		exc = identBefore(t, i)
+		if exc == "" || len(trimSpace(t[:i-len(exc)])) > 0 {
+			return failure{}, false
+		}
+	}
+	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (C++ std::bad_alloc)", "bad_alloc")
+	f.oom = &OOM{Format: "cpp_bad_alloc", Exception: exc}
+	f.detail = "a C++ allocation (operator new) failed and threw std::bad_alloc; a size computed wrong (negative or huge) throws it too"
+	return f, true
+}
+
+// memoryErrorLine recognises Python's MemoryError as a traceback ends it:
+// "MemoryError" alone, "MemoryError: ...", a module-qualified subclass
+// ("numpy.core._exceptions.MemoryError: Unable to allocate array with shape
+// ..."), at the start of the line or glued to a progress bar as any exception
+// line may be. The word inside other text ("no MemoryError seen", "except
+// MemoryError:", "raise MemoryError") is not one.
+func memoryErrorLine(t []byte) (failure, bool) {
+	i := bIndex(t, "MemoryError")
+	if i < 0 || bHas(t, "OutOfMemoryError") {
+		return failure{}, false
+	}
+	end := i + len("MemoryError")
+	rest := t[end:]
+	if !(len(trimSpace(rest)) == 0 || rest[0] == ':') {
+		return failure{}, false
+	}
+	name := identBefore(t, end)
+	if name == "" {
+		return failure{}, false
+	}
+	if lead := trimSpace(t[:end-len(name)]); len(lead) > 0 {
+		switch lead[len(lead)-1] {
+		case ']', '|', '-', '>', '`', '"':
+		default:
+			return failure{}, false
+		}
+	}
+	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
+	f.oom = &OOM{Format: "python_memory_error", Exception: name}
+	if len(rest) > 0 {
+		if v, ok := memSizeAfter(rest, "allocate "); ok {
+			f.oom.RequestedBytes = valPtr(v)
+		}
+		if bHas(rest, "std::bad_alloc") {
+			f.oom.Format = "cpp_bad_alloc" // pybind11 turns std::bad_alloc into MemoryError
+		}
+	}
+	return f, true
+}
+
+const mibBytes = 1 << 20
+
+// slurmLimitLine recognises slurmstepd's own memory enforcement, older than
+// its cgroup's oom-kill events:
+//
+//   - the accounting plugin's "Job 1234 exceeded memory limit (4104892 >
+//     4096000), being killed" (also "Step 1234.0", and "virtual memory
+//     limit"): used > limit in KiB; Slurm 20.11 and later print the step as
+//     "StepId=1234.0" (or "JobId=1234") and the figures in bytes;
+//   - the task/cgroup plugin's "Exceeded job memory limit" and "Exceeded
+//     step memory limit at some point."
+func slurmLimitLine(t []byte) (failure, bool) {
+	if i := bIndex(t, "xceeded job memory limit"); i > 0 || bHas(t, "xceeded step memory limit") {
+		f := memFailure(KindHostOOM, "killed by Slurm for memory (job memory limit exceeded)", "slurm")
+		if i < 0 {
+			f.reason = "killed by Slurm for memory (step memory limit exceeded)"
+		}
+		f.detail = "Slurm's step daemon reports: " + clipText(string(trimSpace(t[max(bIndex(t, "xceeded")-1, 0):])), 120)
+		return f, true
+	}
+	i := bIndex(t, " exceeded memory limit (")
+	n := len(" exceeded memory limit (")
+	virt := false
+	if i < 0 {
+		i, n, virt = bIndex(t, " exceeded virtual memory limit ("), len(" exceeded virtual memory limit ("), true
+	}
+	if i < 0 {
+		return failure{}, false
+	}
+	used, un, ok1 := scanInt(t[i+n:])
+	r := t[i+n+un:]
+	if !ok1 || !bHasPrefix(r, " > ") {
+		return failure{}, false
+	}
+	limit, ln, ok2 := scanInt(r[len(" > "):])
+	if !ok2 || !bHasPrefix(r[len(" > ")+ln:], ")") {
+		return failure{}, false
+	}
+	// The step, as the message names it: the word or two before.
+	head := t[:i]
+	s := bytes.LastIndexByte(head, ' ') + 1
+	if w := head[s:]; !bytes.HasPrefix(w, []byte("StepId=")) && !bytes.HasPrefix(w, []byte("JobId=")) {
+		if p := bytes.LastIndexByte(head[:max(s-1, 0)], ' ') + 1; s > 0 && (bHasPrefix(head[p:], "Job ") || bHasPrefix(head[p:], "Step ")) {
+			s = p
+		}
+	}
+	id := string(head[s:])
+	unit := int64(1 << 10) // KiB: "Job N", "Step N.M"
+	if strings.HasPrefix(id, "StepId=") || strings.HasPrefix(id, "JobId=") {
+		unit = 1
+	}
+	what := "memory"
+	if virt {
+		what = "virtual memory"
+	}
+	f := memFailure(KindHostOOM, "killed by Slurm for memory ("+what+" limit exceeded)", "slurm")
+	f.oom = &OOM{Format: "slurm_memory_limit", InUseBytes: valPtr(used * unit), TotalBytes: valPtr(limit * unit)}
+	u, l := sizeWords(used*unit), sizeWords(limit*unit)
+	if u == l {
+		// Slurm's limits are whole MiB (--mem=4000M): 4009 MiB against
+		// 4000 MiB reads better than 3.91 GiB against 3.91 GiB.
+		u, l = itoa((used*unit+mibBytes/2)/mibBytes)+" MiB", itoa((limit*unit+mibBytes/2)/mibBytes)+" MiB"
+	}
+	f.detail = "Slurm measured " + id + " using " + u + " of " + what + " against its limit of " + l
+	return f, true
 }
 
 // mentionsGPU says whether a line talks about a GPU device.
@@ -358,7 +569,7 @@ func kernelKilled(t []byte) string {
 	}
 	if k := bIndex(t, "anon-rss:"); k >= 0 {
 		if v, ok := memSizeAfter(t[k:], "anon-rss:"); ok {
-			s += ", which held " + humanize.GiB(v) + " of RAM"
+			s += ", which held " + sizeWords(v) + " of RAM"
 		}
 	}
 	return s
@@ -423,12 +634,24 @@ func exhaustedOrOOM(t []byte, h *hitSet) (failure, bool) {
 			f.detail = kernelKilled(t)
 		}
 		return f, true
-	case bHas(t, "OOM Killed") || bHas(t, "OOMKilled") || bHas(t, "oom-killed") || bHas(t, "OOM-killed"):
-		f := memFailure(KindHostOOM, "killed for memory (OOM killed)", "slurm")
-		f.detail = string(trimSpace(t))
-		if len(f.detail) > 200 {
-			f.detail = f.detail[:200]
+	case bHas(t, "OOMKilled"):
+		// Docker and Kubernetes: a container's "Reason: OOMKilled",
+		// "command terminated with exit code 137 (OOMKilled)", a pod's
+		// "reason": "OOMKilled". docker inspect's "OOMKilled": false is not.
+		i := bIndex(t, "OOMKilled")
+		r := bytes.TrimLeft(t[i+len("OOMKilled"):], "\"': =")
+		if bHasPrefix(r, "false") || bHasPrefix(r, "False") {
+			return failure{}, false
 		}
+		f := memFailure(KindHostOOM, "killed for memory (the container was OOMKilled)", "container")
+		f.detail = clipText(string(trimSpace(t)), 200)
+		return f, true
+	case bHas(t, "OOM Killed") || bHas(t, "oom-killed") || bHas(t, "OOM-killed"):
+		f := memFailure(KindHostOOM, "killed for memory (OOM killed)", "oom_killed")
+		if indexFoldASCII(t, "slurm") >= 0 || bHas(t, "StepId=") {
+			f.family = "slurm"
+		}
+		f.detail = clipText(string(trimSpace(t)), 200)
 		return f, true
 	}
 	return failure{}, false
@@ -455,7 +678,11 @@ func killedLine(t []byte) (failure, bool) {
 			f.detail = worker
 			return f, true
 		case bHasPrefix(sig, "Bus error"):
-			f := crashFailure(classSpecific, "bus error in a DataLoader worker", "bus_error")
+			// A worker writes each batch into /dev/shm; a write past the end
+			// of a full tmpfs is delivered as SIGBUS. The worker's own
+			// "insufficient shared memory" line usually comes first.
+			f := shmFailure("a DataLoader worker died of a bus error")
+			f.lowConf = true
 			f.detail = worker
 			return f, true
 		default:
@@ -473,9 +700,9 @@ func killedLine(t []byte) (failure, bool) {
 	}
 	tt := trimSpace(t)
 	tt = bytes.Trim(tt, "\"'`")
-	if string(tt) == "Killed" || bytes.HasPrefix(tt, []byte("zsh: killed")) {
+	if string(tt) == "Killed" || bytes.HasPrefix(tt, []byte("zsh: killed")) || jobKilled(tt) {
 		f := memFailure(KindHostOOM, "killed by SIGKILL (the shell reports it)", "shell")
-		f.detail = "the shell printed \"" + string(tt) + "\""
+		f.detail = "the shell printed \"" + clipText(string(tt), 160) + "\""
 		return f, true
 	}
 	// bash in a batch script: "slurm_script: line 41: 30517 Killed   python3 fit_model.py ..."
@@ -513,6 +740,50 @@ func killedLine(t []byte) (failure, bool) {
 		return f, true
 	}
 	return failure{}, false
+}
+
+// jobKilled recognises a shell's job-control notice for a background job
+// killed by SIGKILL: zsh's "[1]  + killed     python train.py" and "[1]
+// 31337 killed     python train.py" (zsh writes signal states in lower
+// case, after the job's mark or pid) and bash's "[1]+
+// Killed                  python train.py". The state is padded to a
+// column, which prose ("[1] killed workers are ...") is not.
+func jobKilled(tt []byte) bool {
+	if len(tt) < 4 || tt[0] != '[' {
+		return false
+	}
+	e := bytes.IndexByte(tt, ']')
+	if e < 2 || e > 6 {
+		return false
+	}
+	for _, c := range tt[1:e] {
+		if !asciiDigit(c) {
+			return false
+		}
+	}
+	r := tt[e+1:]
+	mark := false // the current (+) or previous (-) job
+	if len(r) > 0 && (r[0] == '+' || r[0] == '-') {
+		r, mark = r[1:], true
+	}
+	r = trimSpaceLeft(r)
+	if len(r) > 0 && (r[0] == '+' || r[0] == '-') {
+		r, mark = trimSpaceLeft(r[1:]), true
+	}
+	pid := false
+	if _, n, ok := scanInt(r); ok && n > 0 && asciiDigit(r[0]) {
+		r, pid = trimSpaceLeft(r[n:]), true // zsh prints the pid of a job it started
+	}
+	// Both shells pad the state to a column: "killed     cmd".
+	switch {
+	case (pid || mark) && bHasPrefix(r, "killed"):
+		r = r[len("killed"):]
+	case bHasPrefix(r, "Killed"):
+		r = r[len("Killed"):]
+	default:
+		return false
+	}
+	return len(r) == 0 || bHasPrefix(r, "  ")
 }
 
 // localizedKilled lists the shell's "Killed" in other languages (glibc's
@@ -575,6 +846,27 @@ func exitLine(t []byte) (failure, bool) {
 			if k := bytes.IndexByte(t[j:], ')'); k > 0 && k < 100 {
 				f.detail = "DataLoader worker " + string(t[j+1:j+k])
 			}
+		}
+		return f, true
+	}
+	if i := bIndex(t, "exits with return code = "); i >= 0 {
+		// DeepSpeed's launcher: "[ERROR] [launch.py:322:sigkill_handler]
+		// ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits
+		// with return code = -9"
+		code, _, ok := scanInt(t[i+len("exits with return code = "):])
+		if !ok {
+			return failure{}, false
+		}
+		f := exitFailure(code, "deepspeed")
+		if f.kind == KindNone {
+			return failure{}, false
+		}
+		f.detail = "DeepSpeed's launcher: a worker exited with return code " + itoa(code)
+		if v, ok := intAfterKey(t, "--local_rank="); ok {
+			f.detail = "DeepSpeed's launcher: local rank " + itoa(v) + " exited with return code " + itoa(code)
+		}
+		if code == -9 {
+			f.detail += " (SIGKILL)"
 		}
 		return f, true
 	}

@@ -69,8 +69,9 @@ func FuzzClassifier(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s), uint16(len(s)/2))
 	}
-	if m, err := filepath.Glob(filepath.Join(corpusDir, "*", "*.log")); err == nil {
-		for _, p := range m {
+	forms, _ := filepath.Glob(filepath.Join("testdata", "forms", "*.log"))
+	if m, err := filepath.Glob(filepath.Join(corpusDir, "*", "*.log")); err == nil || len(forms) > 0 {
+		for _, p := range append(m, forms...) {
 			if data, err := os.ReadFile(p); err == nil {
 				f.Add(data, uint16(len(data)/3))
 			}

@@ -60,6 +60,8 @@ const (
 	kwExpandable
 	kwAutoBatch
 	kwInfinite
+	kwBadAlloc // "std::bad_alloc"
+	kwExceeded // "xceeded": Slurm's "exceeded memory limit", "Exceeded job memory limit"
 
 	// phases
 	kwEpoch
@@ -139,6 +141,8 @@ var kwTable = []kwEntry{
 	{kwExpandable, "expandable_segments", false},
 	{kwAutoBatch, "AutoBatch", false},
 	{kwInfinite, "infinite", true},
+	{kwBadAlloc, "std::bad_alloc", false},
+	{kwExceeded, "xceeded", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

@@ -3,6 +3,8 @@ package classify
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -321,7 +323,7 @@ func TestHostAndCPUForms(t *testing.T) {
 		{name: "DataLoader exited with code 1 is not memory", log: "RuntimeError: DataLoader worker (pid 4312) exited unexpectedly with exit code 1. Details are lost due to multiprocessing.\n",
 			kind: KindCrash, rank: -1, reason: "exited with code 1"},
 		{name: "DataLoader bus error", log: "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
-			kind: KindCrash, rank: -1, reason: "bus error"},
+			kind: KindHostOOM, rank: -1, reason: "bus error"}, // shared memory: see TestSharedMemoryForms
 		{name: "zsh killed", log: "epoch 1\nzsh: killed     python train.py --bs 64\n", kind: KindHostOOM, rank: -1},
 		{name: "bash job killed", log: "./run.sh: line 12: 48213 Killed                  python train.py\n", kind: KindHostOOM, rank: -1},
 		{name: "a sentence with killed is not a kill", log: "INFO: the old worker was killed and restarted\nprocess 12 killed the lock holder\n", kind: KindNone, rank: -1},
@@ -741,4 +743,347 @@ func TestPhaseMarksBounded(t *testing.T) {
 	if v.Phases[0].Line != 1 || v.Phases[len(v.Phases)-1].Line != n {
 		t.Errorf("first mark %+v, last %+v (want line 1 and line %d)", v.Phases[0], v.Phases[len(v.Phases)-1], n)
 	}
+}
+
+// sharedMemory checks a verdict about an exhausted /dev/shm: the flag, and
+// advice that names workers and the shm size, never the batch.
+func sharedMemory(t *testing.T, v Verdict) {
+	t.Helper()
+	sug := strings.Join(v.Suggestions, " ")
+	if !v.SharedMemory || !strings.Contains(v.Reason, "shared memory (/dev/shm)") {
+		t.Errorf("shared memory %v, reason %q", v.SharedMemory, v.Reason)
+	}
+	for _, want := range []string{"fewer DataLoader workers", "--shm-size", "medium: Memory"} {
+		if !strings.Contains(sug, want) {
+			t.Errorf("suggestions %q lack %q", sug, want)
+		}
+	}
+	if strings.Contains(sug, "Lower the") || strings.Contains(sug, "smaller batch (") || strings.Contains(sug, "pin_memory") {
+		t.Errorf("suggestions %q advise a smaller batch or host-memory settings", sug)
+	}
+}
+
+func notSharedMemory(t *testing.T, v Verdict) {
+	t.Helper()
+	if v.SharedMemory {
+		t.Errorf("shared memory set: %q", v.Reason)
+	}
+}
+
+func TestSharedMemoryForms(t *testing.T) {
+	runCases(t, []classifyCase{
+		{name: "bus error handler", log: "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+			kind: KindHostOOM, rank: -1, reason: "bus error", check: sharedMemory},
+		{name: "PaddlePaddle's bus error handler", log: "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by insufficient shared memory (shm), please check whether use_shared_memory is set and storage space in /dev/shm is enough\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "torch shm file no space", log: "RuntimeError: unable to write to file </torch_18_1962312145_0>: No space left on device (28)\n",
+			kind: KindHostOOM, rank: -1, reason: "shared memory", check: func(t *testing.T, v Verdict) {
+				sharedMemory(t, v)
+				if !strings.Contains(v.Diagnosis, "/torch_18_1962312145_0") || !strings.Contains(v.Diagnosis, "no space left on device") {
+					t.Errorf("diagnosis %q", v.Diagnosis)
+				}
+			}},
+		{name: "older torch without errno", log: "RuntimeError: unable to write to file </torch_31_1030151126>\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "fallocate of the shm file", log: "[rank0]: RuntimeError: unable to allocate shared memory(shm) for file </torch_4304_2962414746_0>: No space left on device (28)\n",
+			kind: KindHostOOM, rank: 0, check: sharedMemory},
+		{name: "mmap of the shm file", log: "RuntimeError: unable to mmap 67108864 bytes from file </torch_77_1203_0>: Cannot allocate memory (12)\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "NCCL cannot extend its shm segment", log: "node1:812:812 [0] NCCL WARN Error: failed to extend /dev/shm/nccl-Hn9qJ2 to 9637892 bytes\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "OSError writing under /dev/shm", log: "OSError: [Errno 28] No space left on device: '/dev/shm/cache/shard_0007.npy'\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+		{name: "worker killed by a bus error alone", log: "RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.\n",
+			kind: KindHostOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				sharedMemory(t, v)
+				if !strings.Contains(v.Diagnosis, "only the bus error") || !strings.Contains(v.Diagnosis, "pid 9943") {
+					t.Errorf("diagnosis %q", v.Diagnosis)
+				}
+			}},
+		{name: "exited unexpectedly, then the worker's shm message", log: "RuntimeError: DataLoader worker (pid(s) 41210) exited unexpectedly\nERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).\n",
+			kind: KindHostOOM, rank: -1, check: sharedMemory},
+
+		// Look-alikes.
+		{name: "disk full on a checkpoint path", log: "OSError: [Errno 28] No space left on device: '/scratch/ckpt/step_2000.pt'\n",
+			kind: KindCrash, rank: -1, reason: "No space left on device", check: notSharedMemory},
+		{name: "torch shm file and too many open files", log: "RuntimeError: unable to open shared memory object </torch_3184_1474410342_70> in read-write mode: Too many open files (24)\n",
+			kind: KindCrash, rank: -1, reason: "unable to open shared memory object", check: notSharedMemory},
+		{name: "/dev/shm in a df line", log: "shm              64M     0   64M   0% /dev/shm\nINFO: mounting /dev/shm with size=8g\n",
+			kind: KindNone, rank: -1},
+		{name: "a bus error that is not a DataLoader worker's", log: "Bus error (core dumped)\n",
+			kind: KindCrash, rank: -1, reason: "bus error", check: notSharedMemory},
+	})
+}
+
+// formSample is a sample log under testdata/forms with what it must give.
+type formSample struct {
+	file   string
+	kind   Kind
+	reason string
+	check  func(t *testing.T, v Verdict)
+}
+
+func runSamples(t *testing.T, samples []formSample) {
+	t.Helper()
+	for _, s := range samples {
+		t.Run(s.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "forms", s.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := classifyString(t, string(data), ClassifierOptions{})
+			if v.Kind != s.kind || !strings.Contains(v.Reason, s.reason) {
+				t.Fatalf("kind %s reason %q (line %d: %q), want %s with %q", v.Kind, v.Reason, v.Line, v.Text, s.kind, s.reason)
+			}
+			if s.check != nil {
+				s.check(t, v)
+			}
+		})
+	}
+}
+
+func TestSharedMemorySamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"shm-dataloader-docker.log", KindHostOOM, "shared memory", func(t *testing.T, v Verdict) {
+			sharedMemory(t, v)
+			if v.Line != 11 || v.Phase != PhaseTrain {
+				t.Errorf("line %d phase %q, want the torch_ file line (11) in training", v.Line, v.Phase)
+			}
+		}},
+		{"shm-bus-error-worker-only.log", KindHostOOM, "bus error", sharedMemory},
+		{"disk-full-checkpoint.log", KindCrash, "", notSharedMemory},
+		{"shm-too-many-open-files.log", KindCrash, "unable to open shared memory object", notSharedMemory},
+	})
+}
+
+func TestCPUAllocForms(t *testing.T) {
+	format := func(want string, req int64) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			if v.OOM == nil || v.OOM.Format != want {
+				t.Fatalf("oom %+v, want format %q", v.OOM, want)
+			}
+			if req >= 0 {
+				wantBytes(t, "requested", v.OOM.RequestedBytes, req)
+			} else if v.OOM.RequestedBytes != nil {
+				t.Errorf("requested %d, want none", *v.OOM.RequestedBytes)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "terminate with bad_alloc", log: "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted (core dumped)\n",
+			kind: KindCPUAllocOOM, rank: -1, reason: "std::bad_alloc", check: func(t *testing.T, v Verdict) {
+				format("cpp_bad_alloc", -1)(t, v)
+				if v.Line != 1 || !strings.Contains(v.Diagnosis, "operator new") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+		{name: "what line alone", log: "  what():  std::bad_alloc\n", kind: KindCPUAllocOOM, rank: -1, check: format("cpp_bad_alloc", -1)},
+		{name: "bad_alloc passed on as an exception", log: "[rank2]: RuntimeError: std::bad_alloc\n", kind: KindCPUAllocOOM, rank: 2,
+			check: func(t *testing.T, v Verdict) {
+				format("cpp_bad_alloc", -1)(t, v)
+				if v.OOM.Exception != "RuntimeError" {
+					t.Errorf("exception %q", v.OOM.Exception)
+				}
+			}},
+		{name: "pybind11 MemoryError from bad_alloc", log: "MemoryError: std::bad_alloc\n", kind: KindCPUAllocOOM, rank: -1, check: format("cpp_bad_alloc", -1)},
+		{name: "numpy 1.x with size", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.73 GiB for an array with shape (500000000,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", rnd(3.73*gib))},
+		{name: "numpy 2 module path", log: "numpy._core._exceptions._ArrayMemoryError: Unable to allocate 12.0 MiB for an array with shape (1572864,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				format("numpy", 12*mib)(t, v)
+				if v.OOM.Exception != "numpy._core._exceptions._ArrayMemoryError" {
+					t.Errorf("exception %q", v.OOM.Exception)
+				}
+			}},
+		{name: "numpy keeps the point of a whole value", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 100. GiB for an array with shape (100000, 134218) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", 100*gib)},
+		{name: "numpy in bytes", log: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 800 bytes for an array with shape (100,) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("numpy", 800)},
+		{name: "numpy 1.16 MemoryError without size", log: "numpy.core._exceptions.MemoryError: Unable to allocate array with shape (60000, 784, 784) and data type float64\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("python_memory_error", -1)},
+		{name: "bare MemoryError after a traceback", log: "Traceback (most recent call last):\n  File \"prep.py\", line 40, in <module>\n    feats = [extract(x) for x in rows]\nMemoryError\n",
+			kind: KindCPUAllocOOM, rank: -1, check: format("python_memory_error", -1)},
+		{name: "MemoryError glued to a bar", log: "  3%|3         | 30/1000 [00:04<02:10]MemoryError: \n", kind: KindCPUAllocOOM, rank: -1},
+
+		// Look-alikes.
+		{name: "MemoryError inside a log line", log: "INFO:data: no MemoryError seen while caching shard 3\nWARNING: retrying after MemoryError\n", kind: KindNone, rank: -1},
+		{name: "MemoryError in traceback source lines", log: "    except MemoryError:\n    raise MemoryError(\"too big\")\n", kind: KindNone, rank: -1},
+		{name: "a logged MemoryError counter", log: "stats: MemoryError=0 TimeoutError=0\n", kind: KindNone, rank: -1},
+		{name: "bad_alloc in source and prose", log: "    } catch (const std::bad_alloc& e) {\nnote: std::bad_alloc handling enabled\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestCPUAllocSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"bad-alloc-terminate.log", KindCPUAllocOOM, "std::bad_alloc", func(t *testing.T, v Verdict) {
+			if v.Line != 4 || v.Step == nil || *v.Step != 1200 {
+				t.Errorf("line %d step %s, want line 4 at step 1200", v.Line, fmtPtr(v.Step))
+			}
+		}},
+		{"numpy-array-memory-error.log", KindCPUAllocOOM, "", func(t *testing.T, v Verdict) {
+			wantBytes(t, "requested", v.OOM.RequestedBytes, rnd(3.73*gib))
+		}},
+		{"memory-error-in-log-lines.log", KindNone, "", nil},
+	})
+}
+
+func TestSlurmLimitForms(t *testing.T) {
+	figures := func(used, limit int64, words string) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			if v.OOM == nil || v.OOM.Format != "slurm_memory_limit" {
+				t.Fatalf("oom %+v", v.OOM)
+			}
+			wantBytes(t, "in use", v.OOM.InUseBytes, used)
+			wantBytes(t, "limit", v.OOM.TotalBytes, limit)
+			if !strings.Contains(v.Diagnosis, words) || !strings.Contains(strings.Join(v.Suggestions, " "), "--mem") {
+				t.Errorf("diagnosis %q, suggestions %q", v.Diagnosis, v.Suggestions)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "job exceeded memory limit in KiB", log: "slurmstepd: error: Job 1234 exceeded memory limit (4104892 > 4096000), being killed\n",
+			kind: KindHostOOM, rank: -1, reason: "Slurm", check: figures(4104892<<10, 4096000<<10, "Job 1234 using 4009 MiB of memory against its limit of 4000 MiB")},
+		{name: "step exceeded memory limit", log: "slurmstepd: error: Step 881204.0 exceeded memory limit (16812544 > 16777216), being killed\n",
+			kind: KindHostOOM, rank: -1, check: figures(16812544<<10, 16<<30, "Step 881204.0 using 16.03 GiB of memory against its limit of 16.00 GiB")},
+		{name: "StepId form in bytes", log: "slurmstepd-gpu07: error: StepId=4242.0 exceeded memory limit (68736253952 > 68719476736), being killed\n",
+			kind: KindHostOOM, rank: -1, check: figures(68736253952, 64<<30, "StepId=4242.0 using")},
+		{name: "virtual memory limit", log: "slurmstepd: error: Job 77 exceeded virtual memory limit (9437184 > 8388608), being killed\n",
+			kind: KindHostOOM, rank: -1, reason: "virtual memory", check: figures(9<<30, 8<<30, "of virtual memory")},
+		{name: "task/cgroup job limit", log: "slurmstepd: error: Exceeded job memory limit\n", kind: KindHostOOM, rank: -1, reason: "job memory limit"},
+		{name: "task/cgroup step limit", log: "slurmstepd: error: Exceeded step memory limit at some point.\n", kind: KindHostOOM, rank: -1, reason: "step memory limit"},
+		{name: "cut at the start of the word", log: "xceeded step memory limit at some point.\n", kind: KindHostOOM, rank: -1, reason: "step memory limit"},
+		{name: "then the oom-kill events refine it", log: "slurmstepd: error: Job 1234 exceeded memory limit (4104892 > 4096000), being killed\nslurmstepd: error: Detected 1 oom-kill event(s) in StepId=1234.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.\n",
+			kind: KindHostOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				if v.Line != 1 || !strings.Contains(v.Diagnosis, "4009 MiB") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+
+		// Look-alikes.
+		{name: "other limits exceeded", log: "WARNING: Rate limit exceeded, retrying in 4s\nerror: context deadline exceeded\nmax_len exceeded memory budget estimate, truncating\n", kind: KindNone, rank: -1},
+		{name: "exceeded memory limit without figures", log: "note: the cache exceeded memory limit (soft) once\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestSlurmLimitSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"slurm-exceeded-memory-limit.log", KindHostOOM, "Slurm", func(t *testing.T, v Verdict) {
+			wantBytes(t, "in use", v.OOM.InUseBytes, 4104892<<10)
+			if v.Line != 3 || v.Phase != PhaseTrain {
+				t.Errorf("line %d phase %q", v.Line, v.Phase)
+			}
+		}},
+	})
+}
+
+func TestKilledForms(t *testing.T) {
+	advice := func(want, not string) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			sug := strings.Join(v.Suggestions, " ")
+			if !strings.Contains(sug, want) || not != "" && strings.Contains(sug, not) {
+				t.Errorf("suggestions %q: want %q, not %q", sug, want, not)
+			}
+		}
+	}
+	runCases(t, []classifyCase{
+		{name: "zsh killed", log: "zsh: killed     python train.py --config configs/base.yaml\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "zsh job notice", log: "[1]  + killed     python train.py\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "zsh job notice with pid", log: "[1]    21086 killed     python3 train.py --bs 64\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "bash job notice", log: "[2]+  Killed                  nohup python train.py > train.log 2>&1\n", kind: KindHostOOM, rank: -1, reason: "SIGKILL"},
+		{name: "Kubernetes pod status", log: "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n",
+			kind: KindHostOOM, rank: -1, reason: "OOMKilled", check: advice("resources.limits.memory", "Slurm")},
+		{name: "kubectl exec exit code 137", log: "command terminated with exit code 137 (OOMKilled)\n", kind: KindHostOOM, rank: -1, reason: "OOMKilled", check: advice("docker run --memory", "Slurm")},
+		{name: "pod reason in JSON", log: `{"containerID": "containerd://4f1e", "exitCode": 137, "reason": "OOMKilled"}` + "\n", kind: KindHostOOM, rank: -1, reason: "OOMKilled"},
+		{name: "DeepSpeed launcher -9", log: "[2024-01-01 10:00:00,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 40211\n[2024-01-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1', '--deepspeed', 'ds.json'] exits with return code = -9\n",
+			kind: KindHostOOM, rank: -1, reason: "SIGKILL", check: func(t *testing.T, v Verdict) {
+				if v.Line != 2 || !strings.Contains(v.Diagnosis, "local rank 1 exited with return code -9") || !strings.Contains(v.Diagnosis, "does not prove") {
+					t.Errorf("line %d diagnosis %q", v.Line, v.Diagnosis)
+				}
+			}},
+		{name: "DeepSpeed launcher 1 is not memory", log: "[ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py', '--local_rank=0'] exits with return code = 1\n",
+			kind: KindCrash, rank: -1, reason: "exited with code 1"},
+
+		// Look-alikes.
+		{name: "killed in prose", log: "INFO: zombie workers killed: 0\nthe watchdog killed nothing this epoch\n[1] killed workers are restarted by the pool\n[2]  + killed the stale lock\n", kind: KindNone, rank: -1},
+		{name: "docker inspect OOMKilled false", log: "            \"OOMKilled\": false,\n            \"Dead\": false,\n", kind: KindNone, rank: -1},
+		{name: "DeepSpeed launcher 0", log: "[INFO] [launch.py:347:main] Process 40211 exits successfully.\n[INFO] ['python', 'train.py'] exits with return code = 0\n", kind: KindNone, rank: -1},
+	})
+}
+
+func TestKilledSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"k8s-oomkilled.log", KindHostOOM, "OOMKilled", nil},
+		{"deepspeed-return-code-9.log", KindHostOOM, "SIGKILL", func(t *testing.T, v Verdict) {
+			if v.Step == nil || *v.Step != 11 {
+				t.Errorf("step %s, want 11", fmtPtr(v.Step))
+			}
+		}},
+	})
+}
+
+func TestWrappedAtASentence(t *testing.T) {
+	device := func(dev string, req int64) func(t *testing.T, v Verdict) {
+		return func(t *testing.T, v Verdict) {
+			t.Helper()
+			o := v.OOM
+			wantBytes(t, "requested", o.RequestedBytes, req)
+			wantBytes(t, "total", o.TotalBytes, rnd(47.50*gib))
+			wantBytes(t, "free", o.FreeBytes, rnd(194.56*mib))
+			if o.Device == nil || *o.Device != dev || v.Line != 1 {
+				t.Errorf("device %s line %d", fmtPtr(o.Device), v.Line)
+			}
+			if !strings.Contains(v.Diagnosis, "It asked for 300 MiB on "+dev+", which had 47.50 GiB in total and 195 MiB free") {
+				t.Errorf("diagnosis %q", v.Diagnosis)
+			}
+		}
+	}
+	rest := "GPU 3 has a total capacity of 47.50 GiB of which 194.56 MiB is free. Including non-PyTorch memory, this process has 47.30 GiB memory in use. Of the allocated memory 46.71 GiB is allocated by PyTorch, and 301.12 MiB is reserved by PyTorch but unallocated.\n"
+	runCases(t, []classifyCase{
+		{name: "period lost with the break", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB\n" + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+		{name: "period kept before the break", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB.\n" + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+		{name: "rank-prefixed", log: "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 MiB\n[rank3]: " + rest,
+			kind: KindGPUOOM, rank: 3, check: device("GPU 3", 300*mib)},
+		{name: "a wrap inside the unit still joins without a space", log: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 Mi\nB. " + rest,
+			kind: KindGPUOOM, rank: -1, check: device("GPU 3", 300*mib)},
+	})
+}
+
+func TestSizeWords(t *testing.T) {
+	for b, want := range map[int64]string{
+		0:                 "0 bytes",
+		512:               "512 bytes",
+		812 << 10:         "812 KiB",
+		12 << 20:          "12.0 MiB",
+		rnd(3.25 * mib):   "3.25 MiB",
+		rnd(194.56 * mib): "195 MiB",
+		1<<30 - 1:         "1024 MiB",
+		1 << 30:           "1.00 GiB",
+		rnd(15.82 * gib):  "15.82 GiB",
+	} {
+		if got := sizeWords(b); got != want {
+			t.Errorf("sizeWords(%d) = %q, want %q", b, got, want)
+		}
+	}
+	// The diagnosis says 12.0 MiB, not 0.01 GiB.
+	v := classifyString(t, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.25 MiB is free. Of the allocated memory 6.90 GiB is allocated by PyTorch, and 101.35 MiB is reserved by PyTorch but unallocated.\n", ClassifierOptions{})
+	if !strings.Contains(v.Diagnosis, "asked for 12.0 MiB on GPU 0, which had 7.79 GiB in total and 3.25 MiB free") || strings.Contains(v.Diagnosis, "0.01 GiB") {
+		t.Errorf("diagnosis %q", v.Diagnosis)
+	}
+}
+
+func TestWrappedSamples(t *testing.T) {
+	runSamples(t, []formSample{
+		{"wrapped-torch-oom-postmortem.log", KindGPUOOM, "CUDA out of memory", func(t *testing.T, v Verdict) {
+			wantBytes(t, "requested", v.OOM.RequestedBytes, 300*mib)
+			if v.OOM.Device == nil || *v.OOM.Device != "GPU 3" || v.Rank == nil || *v.Rank != 3 || v.Phase != PhaseVal {
+				t.Errorf("device %s rank %s phase %q", fmtPtr(v.OOM.Device), fmtPtr(v.Rank), v.Phase)
+			}
+			wantBytes(t, "reserved unallocated", v.OOM.ReservedUnallocatedBytes, rnd(301.12*mib))
+		}},
+	})
 }

@@ -71,6 +71,12 @@ func parseMemSize(b []byte) (bytes int64, n int, ok bool) {
 			scale *= 10
 			i++
 		}
+	} else if i+1 < len(b) && b[i] == '.' && b[i+1] == ' ' {
+		// NumPy keeps the point of a value with no decimals left:
+		// "Unable to allocate 100. GiB", "1000. MiB". A unit must follow.
+		if m, _ := memUnitMult(b[i+2:]); m != 0 {
+			i++
+		}
 	}
 	j := i
 	if j < len(b) && b[j] == ' ' {

@@ -88,6 +88,10 @@ type Verdict struct {
 	Fragmentation bool `json:"fragmentation"`
 	// OtherProcesses: the message lists other processes holding device memory.
 	OtherProcesses bool `json:"other_processes"`
+	// SharedMemory: the host memory that ran out is the shared memory of
+	// /dev/shm (a host_oom), which DataLoader workers fill: the remedy is
+	// fewer workers or a larger shm, not a smaller batch.
+	SharedMemory bool `json:"shared_memory,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
