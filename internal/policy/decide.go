@@ -36,6 +36,11 @@ type Outcome struct {
 	// Terminated: gpuguard itself received a terminating signal (Slurm
 	// preemption, scancel, Ctrl-C). Such a job is never relaunched.
 	Terminated bool
+	// Rejections are the lines of the attempt's output in which the job
+	// refused an argument or a configuration key (RejectionLine), in order,
+	// at most a few. When one names a knob the last relaunch changed, the
+	// run gives up and says which knob, and where the policy defines it.
+	Rejections []string
 	// Rand is a uniform random number in [0,1) for the backoff's jitter.
 	// The supervisor draws it; the policy reads no randomness of its own.
 	Rand float64
@@ -50,6 +55,8 @@ type State struct {
 	NoProgress int                   `json:"no_progress"`       // relaunches after attempts that made no progress
 	Rules      map[string]RuleState  `json:"rules,omitempty"`   // escalation position per rule name
 	Values     Values                `json:"values"`            // current knob values (and EnvKey variables)
+	// Last is what the last relaunch changed, and the failure it answered.
+	Last *Relaunched `json:"last,omitempty"`
 }
 
 // RuleState is a rule's progress through its steps.
@@ -68,6 +75,7 @@ func NewState(vals Values) State {
 func (st State) clone() State {
 	out := st
 	out.Values = st.Values.clone()
+	out.Last = st.Last.clone()
 	out.ByKind = maps.Clone(st.ByKind)
 	if out.ByKind == nil {
 		out.ByKind = map[classify.Kind]int{}
@@ -108,7 +116,10 @@ type Decision struct {
 	Changes []Change      `json:"changes,omitempty"`
 	Backoff time.Duration `json:"backoff,omitempty"` // Relaunch: wait this long first
 	Reason  string        `json:"reason"`
-	State   State         `json:"state"` // the state after this decision
+	// Rejected: GiveUp because the job refused this knob, which the last
+	// relaunch changed (the Reason says where the policy defines it).
+	Rejected string `json:"rejected,omitempty"`
+	State    State  `json:"state"` // the state after this decision
 }
 
 // Describe is the decision in one line for people, e.g.
@@ -172,6 +183,11 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		kind = classify.KindCrash
 	}
 	what := describeFailure(kind, out)
+	if c, line, ok := p.rejected(st.Last, out.Rejections); ok {
+		d.Reason = p.rejectedReason(what, st.Last, c, line)
+		d.Rejected = c.Knob
+		return d
+	}
 	if st.Relaunches >= p.budget.relaunches {
 		d.Reason = fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
 		return d
@@ -236,6 +252,10 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
+			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase)}
+			if v.OOM != nil && v.OOM.RequestedBytes != nil {
+				st.Last.RequestedBytes = ptrTo(*v.OOM.RequestedBytes)
+			}
 			d.Reason = fmt.Sprintf("%s matched rule %s (step %d of %d); relaunch %d of %d", what, r.name, i+1, len(r.steps), st.Relaunches, p.budget.relaunches)
 			if limited {
 				d.Reason += fmt.Sprintf(", %s %d of %d", kind, st.ByKind[kind], limit)
@@ -254,6 +274,8 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 	}
 	return d
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // describeFailure is "gpu_oom in val (rank 1, fragmentation)" for reasons.
 func describeFailure(kind classify.Kind, out Outcome) string {

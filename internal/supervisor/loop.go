@@ -93,6 +93,9 @@ type attemptRow struct {
 	decision string
 	// Peak fraction of GPU capacity in use, per phase (0: unknown).
 	peakTrain, peakVal float64
+	// rejections: output lines in which the job refused an argument or a
+	// config key (policy.RejectionLine).
+	rejections []string
 }
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
@@ -228,6 +231,7 @@ func (l *loop) attempts() int {
 			Attempt:    n,
 			StartStep:  startStep,
 			Peaks:      row.peaks(),
+			Rejections: row.rejections,
 			Terminated: terminated,
 			Rand:       rand.Float64(),
 		}
@@ -286,7 +290,7 @@ func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
 		// The step's values are kept: they describe what the job already
 		// gets, and with them the rule escalates past the step.
 		next := d.State
-		next.Relaunches, next.ByKind, next.NoProgress = st.Relaunches, st.ByKind, st.NoProgress
+		next.Relaunches, next.ByKind, next.NoProgress, next.Last = st.Relaunches, st.ByKind, st.NoProgress, st.Last
 		d = l.pol.Decide(next, out)
 	}
 	return d
