@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
@@ -116,6 +117,9 @@ type Decision struct {
 	Changes []Change      `json:"changes,omitempty"`
 	Backoff time.Duration `json:"backoff,omitempty"` // Relaunch: wait this long first
 	Reason  string        `json:"reason"`
+	// Note: why the rule skipped a step (its change was not the cause of
+	// the failure), shown with the changes.
+	Note string `json:"note,omitempty"`
 	// Rejected: GiveUp because the job refused this knob, which the last
 	// relaunch changed (the Reason says where the policy defines it).
 	Rejected string `json:"rejected,omitempty"`
@@ -134,6 +138,9 @@ func (d Decision) Describe() string {
 			if c.Note != "" {
 				fmt.Fprintf(&b, "; %s", c.Note)
 			}
+		}
+		if d.Note != "" {
+			fmt.Fprintf(&b, "; %s", d.Note)
 		}
 		if d.Backoff > 0 {
 			fmt.Fprintf(&b, "; relaunching in %s", d.Backoff.Round(100*time.Millisecond))
@@ -220,6 +227,7 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 	}
 
 	var floors []string
+	var causes []string // steps passed over: their change was not the cause
 	matched := 0
 	for _, r := range p.rules {
 		if !r.when.matches(kind, out) {
@@ -227,7 +235,18 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		}
 		matched++
 		rs := st.Rules[r.name]
-		for i := rs.Step; i < len(r.steps); i++ {
+		start := rs.Step
+		if why, ok := notTheCause(st.Last, r.name, rs.Step, kind, out); ok {
+			// The step the last relaunch took did not move the failure:
+			// repeating it (halving to its floor) would waste relaunches.
+			// The rule moves on for good.
+			start++
+			rs.Step = start
+			st.Rules[r.name] = rs
+			causes = append(causes, why)
+			floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, start, why))
+		}
+		for i := start; i < len(r.steps); i++ {
 			s := r.steps[i]
 			if s.times > 0 && i < len(rs.Acts) && rs.Acts[i] >= s.times {
 				floors = append(floors, fmt.Sprintf("rule %s step %d acted its %d time(s)", r.name, i+1, s.times))
@@ -250,6 +269,9 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 				st.NoProgress++
 			}
 			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
+			if len(causes) > 0 {
+				d.Note = strings.Join(causes, "; ") + fmt.Sprintf("; rule %s goes on to step %d", r.name, i+1)
+			}
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
 			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase)}
@@ -263,10 +285,14 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 			if noProgress {
 				d.Reason += fmt.Sprintf(", no progress %d of %d", st.NoProgress, p.budget.noProgress)
 			}
+			if d.Note != "" {
+				d.Reason += "; " + d.Note
+			}
 			d.State = st
 			return d
 		}
 	}
+	d.State = st
 	if matched == 0 {
 		d.Reason = fmt.Sprintf("no rule matches %s; status %d is passed on", what, out.Exit.Code)
 	} else {
@@ -276,6 +302,47 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// notTheCause reports whether the step at index pos of rule, which the last
+// relaunch took, changed a knob without touching the failure: the attempt
+// after it failed the same way (an out-of-memory error of the same kind, in
+// the same phase, asking for the same number of bytes). The allocation then
+// does not depend on the knob (it is made inside a DataLoader worker, or
+// against a per-process limit), and repeating the step only wastes
+// relaunches until the knob reaches its floor. why says so, for the
+// decision.
+func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out Outcome) (string, bool) {
+	v := out.Verdict
+	if last == nil || last.Rule != rule || last.Step != pos+1 || last.Kind != string(kind) || !isOOM(kind) ||
+		last.Phase != string(v.Phase) || last.RequestedBytes == nil || v.OOM == nil || v.OOM.RequestedBytes == nil ||
+		*last.RequestedBytes != *v.OOM.RequestedBytes {
+		return "", false
+	}
+	var knobs, changes []string
+	for _, c := range last.Changes {
+		if c.Knob != "" && !c.Compensation {
+			knobs = append(knobs, c.Knob)
+			changes = append(changes, c.String())
+		}
+	}
+	if len(knobs) == 0 {
+		return "", false
+	}
+	phase := string(v.Phase)
+	if phase == "" {
+		phase = "an unknown phase"
+	}
+	is := "is"
+	if len(knobs) > 1 {
+		is = "are"
+	}
+	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s",
+		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.GiB(*v.OOM.RequestedBytes), phase), true
+}
+
+func isOOM(k classify.Kind) bool {
+	return k == classify.KindGPUOOM || k == classify.KindCPUAllocOOM || k == classify.KindHostOOM
+}
 
 // describeFailure is "gpu_oom in val (rank 1, fragmentation)" for reasons.
 func describeFailure(kind classify.Kind, out Outcome) string {
