@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -48,6 +49,9 @@ type loop struct {
 	slurm *slurmRun
 	// ignoredOld: a checkpoint of an earlier run was passed over (said once).
 	ignoredOld bool
+	// unmatchedSaid: the job saved a checkpoint that no glob matches, and
+	// the user was told (once per run; checkSaved, on the scanner goroutine).
+	unmatchedSaid atomic.Bool
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []gpu.Sample

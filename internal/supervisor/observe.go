@@ -114,6 +114,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	var rejections []string
 	spec := l.job.Spec(argv, env)
 	spec.Scan = func(s int, ln lines.Line) {
+		l.checkSaved(ln.Text)
 		if policy.RejectionLine(ln.Text) {
 			rejMu.Lock()
 			if len(rejections) < maxRejections {
