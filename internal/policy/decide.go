@@ -252,7 +252,7 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 				floors = append(floors, fmt.Sprintf("rule %s step %d acted its %d time(s)", r.name, i+1, s.times))
 				continue
 			}
-			vals, changes, why := p.applyStep(s, st.Values)
+			vals, changes, why := p.applyStep(s, st.Values, &out)
 			if why != "" {
 				floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, i+1, why))
 				continue
@@ -406,13 +406,13 @@ func (b backoff) wait(n int, r float64) time.Duration {
 // applyStep applies a step's actions in order to a copy of vals. The step
 // acts when at least one action changes something; why is "" then, and
 // otherwise says why each action could not act.
-func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
+func (p *Policy) applyStep(s step, vals Values, out *Outcome) (Values, []Change, string) {
 	vals = vals.clone()
 	var changes []Change
 	var whys []string
 	acted := false
 	for _, a := range s.actions {
-		c, why := a.apply(p, vals)
+		c, why := a.apply(p, vals, out)
 		if why != "" {
 			whys = append(whys, why)
 			continue

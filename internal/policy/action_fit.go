@@ -1,0 +1,203 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
+)
+
+// fitAction is `fit: knob`: after an out-of-memory error it sets the knob
+// (a batch size, a crop size) to the largest value that the error's figures
+// say fits, instead of halving and trying again. With figures it cannot use
+// it acts like halve, and says so.
+//
+// The figures: the device's total memory T, its free memory F and the
+// failing request R (classify.OOM), and the attempt's measured peak in the
+// failing phase (Outcome.Peaks). What was in use before the request, M = T
+// − F (or the measured peak when higher), is counted as the fixed part, and
+// the request as what the current value v needs beyond it: R/v per unit
+// (R/v² with scaling: quadratic, for a crop size). Of every straight line
+// through the point the figures give, this one has the largest fixed part,
+// so the value it chooses errs towards the smaller one. It cannot see the
+// allocations the step makes after the failing one: when the next attempt
+// fails again, fit reads that attempt's figures.
+//
+// The new value is the largest whose estimate stays under the ceiling T
+// less headroom (default 10%), rounded down to a whole number and to
+// multiple_of, held within min and max; compensate keeps the effective
+// batch as halve does.
+type fitAction struct {
+	knob string
+	actionOptions
+}
+
+const defaultHeadroom = 0.10
+
+func parseFit(w *walker, in actionInput) action {
+	a := &fitAction{knob: w.knobRef(in.verb.val, in.what+": fit", in.p), actionOptions: in.opts}
+	if a.min != nil && a.max != nil && *a.min > *a.max {
+		w.at(in.verb.key, "%s: min %g is above max %g", in.what, *a.min, *a.max)
+	}
+	if a.compensate != "" && a.compensate == a.knob {
+		w.at(in.verb.key, "%s: a knob cannot compensate itself", in.what)
+	}
+	if a.headroom == nil {
+		h := defaultHeadroom
+		a.headroom = &h
+	}
+	return a
+}
+
+func (a *fitAction) verb() string      { return "fit" }
+func (a *fitAction) envVars() []string { return nil }
+
+func (a *fitAction) numericKnobs() []string {
+	if a.compensate != "" {
+		return []string{a.knob, a.compensate}
+	}
+	return []string{a.knob}
+}
+
+// estimate is the value the figures of out say fits, unrounded, and the
+// figures it used in words; or why the figures cannot be used.
+func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
+	if out == nil {
+		return 0, "", "no out-of-memory figures yet"
+	}
+	o := out.Verdict.OOM
+	if o == nil || o.TotalBytes == nil || o.RequestedBytes == nil || *o.TotalBytes <= 0 || *o.RequestedBytes <= 0 {
+		return 0, "", "the error gave no total and requested memory"
+	}
+	total, req := float64(*o.TotalBytes), float64(*o.RequestedBytes)
+	var inUse float64
+	switch {
+	case o.FreeBytes != nil:
+		inUse = total - float64(*o.FreeBytes)
+	case o.InUseBytes != nil:
+		inUse = float64(*o.InUseBytes)
+	case o.AllocatedBytes != nil:
+		inUse = float64(*o.AllocatedBytes)
+		if o.ReservedUnallocatedBytes != nil {
+			inUse += float64(*o.ReservedUnallocatedBytes)
+		}
+	default:
+		return 0, "", "the error gave neither free nor allocated memory"
+	}
+	used := "in use before it"
+	if pk := out.Peaks[out.Verdict.Phase]; pk > 0 && pk*total > inUse {
+		inUse, used = pk*total, "in use at the measured peak"
+	}
+	ceiling := total * (1 - *a.headroom)
+	under := fmt.Sprintf("under the %s ceiling (%s less %s headroom)", humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
+	if inUse >= ceiling {
+		return 0, "", fmt.Sprintf("%s was %s, already above the %s ceiling (%s less %s headroom): the figures cannot tell the fixed part from the per-unit part",
+			humanize.GiB(int64(inUse)), used, humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
+	}
+	units, per := v, "per unit"
+	if a.scaling == "quadratic" {
+		units, per = v*v, "per unit²"
+	}
+	perUnit := req / units
+	room := ceiling - inUse
+	next := room / perUnit
+	if a.scaling == "quadratic" {
+		next = math.Sqrt(next)
+	}
+	figures := fmt.Sprintf("needs ~%s %s (the %s request at %s), %s %s counted as fixed, %s free %s",
+		humanize.Bytes(uint64(perUnit)), per, humanize.GiB(int64(req)), formatNumber(v, v == math.Trunc(v)),
+		humanize.GiB(int64(inUse)), used, humanize.GiB(int64(room)), under)
+	return next, figures, ""
+}
+
+func pct(f float64) string {
+	return strconv.FormatFloat(f*100, 'f', -1, 64) + "%"
+}
+
+// apply sets the knob to the estimate, or halves it when the figures are
+// unusable; the first change's Note says which, and with what figures.
+func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, string) {
+	k := p.knobByName[a.knob]
+	cur, had := vals[a.knob]
+	if !had {
+		return nil, a.knob + " has no value (the command does not set it)"
+	}
+	n, ok := parseNumber(cur)
+	if !ok {
+		return nil, fmt.Sprintf("%s is %s, not a number", a.knob, k.show(cur, true))
+	}
+	if n.f <= 0 {
+		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
+	}
+	next, figures, why := a.estimate(out, n.f)
+	if why == "" && next >= n.f {
+		why = fmt.Sprintf("they leave room for %s itself, so they do not explain the failure (%s)", cur.Text, figures)
+	}
+	note := "fit: " + figures
+	if why != "" {
+		next, note = n.f/2, "fit: halving, the figures are unusable: "+why
+	}
+	if n.isInt {
+		next = math.Floor(next + 1e-9)
+		if a.multipleOf > 1 {
+			next = roundTo(next, float64(a.multipleOf), "down")
+		}
+	}
+	lo := math.Inf(-1)
+	if a.min != nil {
+		lo = *a.min
+	} else if n.isInt {
+		lo = 1
+	}
+	hi := math.Inf(1)
+	if a.max != nil {
+		hi = *a.max
+	}
+	switch {
+	case n.f <= lo:
+		if n.f < lo {
+			return nil, fmt.Sprintf("%s is %s, already below min %s", a.knob, cur.Text, formatNumber(lo, n.isInt))
+		}
+		return nil, fmt.Sprintf("%s is %s, at its floor (min %s)", a.knob, cur.Text, formatNumber(lo, n.isInt))
+	case next < lo:
+		next = lo
+		note += fmt.Sprintf("; held at min %s", formatNumber(lo, n.isInt))
+	case next > hi:
+		next = hi
+	}
+	if next >= n.f {
+		return nil, fmt.Sprintf("%s is %s, and the fit rounds back to it", a.knob, cur.Text)
+	}
+	changes, why := a.change(p, vals, a.knob, cur, n, next)
+	if why != "" {
+		return nil, why
+	}
+	changes[0].Note = note
+	return changes, ""
+}
+
+// readHeadroom reads headroom: a fraction of the ceiling kept free, 0.1 or
+// "10%", in [0, 0.9].
+func (w *walker) readHeadroom(f field, what string, o *actionOptions) {
+	s, ok := w.scalar(f.val, what+": headroom")
+	if !ok {
+		return
+	}
+	var h float64
+	var err error
+	if p, isPct := strings.CutSuffix(strings.TrimSpace(s), "%"); isPct {
+		h, err = strconv.ParseFloat(strings.TrimSpace(p), 64)
+		h /= 100
+	} else if f.val.Tag == "!!int" || f.val.Tag == "!!float" {
+		h, err = strconv.ParseFloat(s, 64)
+	} else {
+		err = fmt.Errorf("not a number")
+	}
+	if err != nil || !(h >= 0 && h <= 0.9) {
+		w.at(f.val, "%s: headroom must be the fraction of GPU memory to keep free, from 0 to 0.9, such as 0.1 or \"10%%\", not %q", what, s)
+		return
+	}
+	o.headroom = &h
+}
