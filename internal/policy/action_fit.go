@@ -63,6 +63,19 @@ func (a *fitAction) numericKnobs() []string {
 
 // estimate is the value the figures of out say fits, unrounded, and the
 // figures it used in words; or why the figures cannot be used.
+//
+// At value v the step needed at least N = M + R: what was in use before the
+// failing request, and the request. Two readings bound what fits under the
+// ceiling C. If all of N grows with the knob (no fixed part), the largest
+// value is v·C/N (v·√(C/N) with quadratic scaling); any fixed part only
+// lowers it, so nothing above it can fit: this is the upper bound. If all
+// of M is fixed and the request alone grows with the knob, the largest
+// value is (C − M)/(R/v): the reading with the largest fixed part, so the
+// smaller estimate, unless the step allocates more after the failing
+// request. fit takes that estimate, but not below half the value (the
+// reading is pessimistic when several allocations before the request grew
+// with the knob too, and halving is what a blind retry would do), and never
+// above the upper bound.
 func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
 	if out == nil {
 		return 0, "", "no out-of-memory figures yet"
@@ -86,30 +99,46 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	default:
 		return 0, "", "the error gave neither free nor allocated memory"
 	}
-	used := "in use before it"
+	used := "in use"
 	if pk := out.Peaks[out.Verdict.Phase]; pk > 0 && pk*total > inUse {
 		inUse, used = pk*total, "in use at the measured peak"
 	}
 	ceiling := total * (1 - *a.headroom)
-	under := fmt.Sprintf("under the %s ceiling (%s less %s headroom)", humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
-	if inUse >= ceiling {
-		return 0, "", fmt.Sprintf("%s was %s, already above the %s ceiling (%s less %s headroom): the figures cannot tell the fixed part from the per-unit part",
-			humanize.GiB(int64(inUse)), used, humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
+	need := inUse + req
+	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
+	figures := fmt.Sprintf("%s needed at least %s (%s %s + the %s request), over %s",
+		formatNumber(v, v == math.Trunc(v)), humanize.GiB(int64(need)), humanize.GiB(int64(inUse)), used, humanize.GiB(int64(req)), under)
+	if need <= ceiling {
+		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", formatNumber(v, v == math.Trunc(v)), humanize.GiB(int64(need)), under)
+	}
+	root := func(x float64) float64 {
+		if a.scaling == "quadratic" {
+			return math.Sqrt(x)
+		}
+		return x
 	}
 	units, per := v, "per unit"
 	if a.scaling == "quadratic" {
 		units, per = v*v, "per unit²"
 	}
-	perUnit := req / units
-	room := ceiling - inUse
-	next := room / perUnit
-	if a.scaling == "quadratic" {
-		next = math.Sqrt(next)
+	upper := v * root(ceiling/need)
+	next := v / 2
+	why := "half the value: the figures say no more"
+	if inUse < ceiling {
+		perUnit := req / units
+		fixed := root((ceiling - inUse) / perUnit)
+		figures += fmt.Sprintf("; ~%s if what was in use is fixed and the request grows by ~%s %s", formatNumber(math.Floor(fixed), true), humanize.Bytes(uint64(perUnit)), per)
+		if fixed > next {
+			next, why = fixed, "that estimate"
+		} else {
+			why = "half the value: that estimate is lower, and pessimistic when more than the request grows with " + a.knob
+		}
 	}
-	figures := fmt.Sprintf("needs ~%s %s (the %s request at %s), %s %s counted as fixed, %s free %s",
-		humanize.Bytes(uint64(perUnit)), per, humanize.GiB(int64(req)), formatNumber(v, v == math.Trunc(v)),
-		humanize.GiB(int64(inUse)), used, humanize.GiB(int64(room)), under)
-	return next, figures, ""
+	figures += fmt.Sprintf("; at most %s if all of it grows with %s", formatNumber(math.Floor(upper), true), a.knob)
+	if upper < next {
+		next, why = upper, "the most"
+	}
+	return next, figures + "; taking " + why, ""
 }
 
 func pct(f float64) string {
@@ -132,9 +161,6 @@ func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, strin
 		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
 	}
 	next, figures, why := a.estimate(out, n.f)
-	if why == "" && next >= n.f {
-		why = fmt.Sprintf("they leave room for %s itself, so they do not explain the failure (%s)", cur.Text, figures)
-	}
 	note := "fit: " + figures
 	if why != "" {
 		next, note = n.f/2, "fit: halving, the figures are unusable: "+why
