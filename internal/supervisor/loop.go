@@ -52,6 +52,9 @@ type loop struct {
 	// unmatchedSaid: the job saved a checkpoint that no glob matches, and
 	// the user was told (once per run; checkSaved, on the scanner goroutine).
 	unmatchedSaid atomic.Bool
+	// memoFrom: the command's own knob values, before a memo (policy key
+	// memo) replaced them; nil when the policy keeps no memo.
+	memoFrom policy.Values
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []gpu.Sample
@@ -125,6 +128,7 @@ func runLoop(cfg Config) int {
 	if code := l.resolveRunDir(status); code != 0 {
 		return code
 	}
+	l.applyMemo(status)
 	if cfg.DryRun {
 		return l.dryRun(status)
 	}
@@ -354,6 +358,9 @@ func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 // end records the run's end and prints the summary table of attempts.
 func (l *loop) end(code int) int {
 	l.state.Done, l.state.ExitCode = true, code
+	if code == 0 {
+		l.saveMemo()
+	}
 	if err := l.saveState(); err != nil {
 		l.job.Status.Printf("warning: %v", err)
 	}
