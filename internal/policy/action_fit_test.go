@@ -61,3 +61,11 @@ func TestFit(t *testing.T) {
 		})
 	}
 }
+
+func TestFitPreviewSaysSo(t *testing.T) {
+	p := actionPolicy(t, "fit: a")
+	lines := p.Preview(Values{"a": Text("64")})
+	if len(lines) != 1 || !strings.Contains(lines[0], "a 64→32") || !strings.Contains(lines[0], "(fit sets a from the OOM message's figures; shown: halving, what it does without them)") {
+		t.Errorf("preview %q", lines)
+	}
+}

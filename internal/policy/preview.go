@@ -41,6 +41,11 @@ func (p *Policy) Preview(vals Values) []string {
 					line += ", ending at " + touched
 				}
 			}
+			for _, a := range s.actions {
+				if f, ok := a.(*fitAction); ok {
+					line += fmt.Sprintf(" (fit sets %s from the OOM message's figures; shown: halving, what it does without them)", f.knob)
+				}
+			}
 			lines = append(lines, line)
 			cur = next
 		}
