@@ -103,3 +103,32 @@ func TestNotTheCauseNamesTheScaledKnob(t *testing.T) {
 		t.Errorf("another rule judged")
 	}
 }
+
+// When the rule whose step was not the cause has no step left, the next
+// matching rule fires, and the note names the rule that moved on.
+func TestNotTheCauseThenAnotherRule(t *testing.T) {
+	p := mustParse(t, `version: 1
+knobs:
+  batch_size: {flag: --batch-size}
+rules:
+  - name: shrink
+    when: {kind: gpu_oom}
+    steps: [{halve: batch_size}]
+  - name: allocator
+    when: {kind: gpu_oom}
+    steps: [{merge_env: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}}]
+`)
+	const gib = 1 << 30
+	first := p.Decide(NewState(Values{"batch_size": Text("64")}), oomAsking(1, classify.PhaseTrain, gib))
+	d := p.Decide(first.State, oomAsking(2, classify.PhaseTrain, gib))
+	if d.Verb != Relaunch || d.Rule != "allocator" {
+		t.Fatalf("%s %s: %s", d.Verb, d.Rule, d.Reason)
+	}
+	want := "batch_size is not the cause: after batch_size 64→32, attempt 2 failed asking for the same 1.00 GiB in train"
+	if d.Note != want {
+		t.Errorf("note %q, want %q", d.Note, want)
+	}
+	if d.State.Rules["shrink"].Step != 1 {
+		t.Errorf("rule shrink at %d, want past its only step", d.State.Rules["shrink"].Step)
+	}
+}

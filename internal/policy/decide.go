@@ -243,8 +243,11 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 			start++
 			rs.Step = start
 			st.Rules[r.name] = rs
-			causes = append(causes, why)
 			floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, start, why))
+			if start < len(r.steps) {
+				why += fmt.Sprintf("; rule %s goes on to step %d", r.name, start+1)
+			}
+			causes = append(causes, why)
 		}
 		for i := start; i < len(r.steps); i++ {
 			s := r.steps[i]
@@ -269,9 +272,7 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 				st.NoProgress++
 			}
 			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
-			if len(causes) > 0 {
-				d.Note = strings.Join(causes, "; ") + fmt.Sprintf("; rule %s goes on to step %d", r.name, i+1)
-			}
+			d.Note = strings.Join(causes, "; ")
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
 			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase)}
