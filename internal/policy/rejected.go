@@ -150,12 +150,14 @@ func (p *Policy) rejected(last *Relaunched, lines []string) (Change, string, boo
 func (p *Policy) rejectedReason(what string, last *Relaunched, c Change, line string) string {
 	k := p.knobByName[c.Knob]
 	var hint string
-	switch k.where {
-	case whereFlag:
+	switch where := k.where; {
+	case where == whereFlag && strings.Contains(line, ": invalid "):
+		hint = fmt.Sprintf("the job does not take %s as %s: bound the knob (min:, multiple_of:) or use an action that keeps its type", c.New, k.flags[0])
+	case where == whereFlag:
 		hint = fmt.Sprintf("the job does not take %s: give the knob the flag the job's own --help lists", k.flags[0])
-	case whereArg:
+	case where == whereArg:
 		hint = fmt.Sprintf("the job's configuration has no key %s: fix the key, or add it with add_prefix: \"++\" (Hydra's add-or-override)", k.arg)
-	case whereYAML:
+	case where == whereYAML:
 		hint = fmt.Sprintf("the job does not read %s from its config: fix the knob's key", strings.Join(k.yamlKey, "."))
 	}
 	return fmt.Sprintf("%s: the job rejected knob %s, which rule %s step %d had just changed (%s): %q. Relaunching cannot help: %s (knob %s is defined at %s)",

@@ -57,8 +57,9 @@ func TestRejectedKnob(t *testing.T) {
 		name, line string
 		want       string // "" : not a rejection
 	}{
-		{"argparse", "train.py: error: unrecognized arguments: --accum-steps 2", "rejected knob accum"},
+		{"argparse", "train.py: error: unrecognized arguments: --accum-steps 2", "does not take --accum-steps: give the knob the flag"},
 		{"argparse alias, = form", "train.py: error: unrecognized arguments: --accum=2", "rejected knob accum"},
+		{"argparse refuses the value", "train.py: error: argument --accum-steps: invalid int value: '2'", "the job does not take 2 as --accum-steps"},
 		{"a longer flag is another flag", "train.py: error: unrecognized arguments: --accum-steps-max 2", ""},
 		{"a knob the relaunch did not change", "train.py: error: unrecognized arguments: --foo", ""},
 	} {
@@ -73,7 +74,7 @@ func TestRejectedKnob(t *testing.T) {
 				}
 				return
 			}
-			for _, w := range []string{tc.want, "which rule train-oom step 1 had just changed (accum 1→2)", "defined at p.yaml:4", "does not take --accum-steps", tc.line} {
+			for _, w := range []string{tc.want, "which rule train-oom step 1 had just changed (accum 1→2)", "defined at p.yaml:4", "the job does not take ", tc.line} {
 				if !strings.Contains(got.Reason, w) {
 					t.Errorf("reason %q lacks %q", got.Reason, w)
 				}
