@@ -74,7 +74,9 @@ func (a *fitAction) numericKnobs() []string {
 // smaller estimate, unless the step allocates more after the failing
 // request. fit takes that estimate, but not below half the value (the
 // reading is pessimistic when several allocations before the request grew
-// with the knob too, and halving is what a blind retry would do), and never
+// with the knob too, and halving is what a blind retry would do) unless the
+// request is at least all that PyTorch had allocated (then no allocation
+// like it came before, and what was in use is mostly fixed), and never
 // above the upper bound.
 func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
 	if out == nil {
@@ -128,9 +130,16 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 		perUnit := req / units
 		fixed := root((ceiling - inUse) / perUnit)
 		figures += fmt.Sprintf("; ~%s if what was in use is fixed and the request grows by ~%s %s", formatNumber(math.Floor(fixed), true), humanize.Bytes(uint64(perUnit)), per)
-		if fixed > next {
+		// A request at least as large as all PyTorch held before it cannot
+		// have been preceded by another like it: what was in use is then
+		// mostly fixed, and the estimate is taken even below half.
+		big := o.AllocatedBytes != nil && req >= float64(*o.AllocatedBytes)
+		switch {
+		case fixed > next:
 			next, why = fixed, "that estimate"
-		} else {
+		case big:
+			next, why = fixed, "that estimate: the request is larger than all PyTorch had allocated, so little of what was in use grows with "+a.knob
+		default:
 			why = "half the value: that estimate is lower, and pessimistic when more than the request grows with " + a.knob
 		}
 	}

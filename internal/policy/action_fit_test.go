@@ -21,6 +21,8 @@ func TestFit(t *testing.T) {
 	withPeak.Peaks = map[classify.Phase]float64{classify.PhaseTrain: 0.8}
 	onlyAllocated := oom(classify.PhaseTrain)
 	onlyAllocated.Verdict.OOM = &classify.OOM{TotalBytes: ptr(int64(80 << 30)), RequestedBytes: ptr(int64(40 << 30)), AllocatedBytes: ptr(int64(50 << 30))}
+	bigRequest := oomFigures(80, 30, 60)
+	bigRequest.Verdict.OOM.AllocatedBytes = ptr(int64(45 << 30))
 	for _, tc := range []struct {
 		name, step string
 		vals       Values
@@ -37,6 +39,8 @@ func TestFit(t *testing.T) {
 			"a 1024→736; fit: 1024 needed at least 90.00 GiB (50.00 GiB in use + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~759 if what was in use is fixed and the request grows by ~40 KiB per unit²; at most 915 if all of it grows with a; taking that estimate"},
 		{"the measured peak, when higher, counts as in use; an estimate below half takes half", "fit: a", Values{"a": Text("64")}, withPeak,
 			"a 64→32; fit: 64 needed at least 104.00 GiB (64.00 GiB in use at the measured peak + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~12 if what was in use is fixed and the request grows by ~640 MiB per unit; at most 44 if all of it grows with a; taking half the value: that estimate is lower, and pessimistic when more than the request grows with a"},
+		{"a request above all PyTorch held: the estimate, below half", "fit: a", Values{"a": Text("64")}, bigRequest,
+			"a 64→23; fit: 64 needed at least 110.00 GiB (50.00 GiB in use + the 60.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~23 if what was in use is fixed and the request grows by ~960 MiB per unit; at most 41 if all of it grows with a; taking that estimate: the request is larger than all PyTorch had allocated, so little of what was in use grows with a"},
 		{"allocated when free is not given", "fit: a", Values{"a": Text("64")}, onlyAllocated, "a 64→35; fit: 64 needed at least 90.00 GiB (50.00 GiB in use"},
 		{"held at min", "{fit: a, min: 40}", Values{"a": Text("64")}, oomFigures(80, 30, 40), "a 64→40; fit: 64 needed at least 90.00 GiB"},
 		{"held at max", "{fit: a, max: 20}", Values{"a": Text("64")}, oomFigures(80, 30, 40), "a 64→20; fit: 64 needed"},
