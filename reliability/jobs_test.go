@@ -187,9 +187,12 @@ func scriptStep(args []string) int {
 			}
 			os.Stdout.WriteString(b.String())
 		case "oom":
+			// The request shrinks from attempt to attempt, as it does when
+			// a relaunch halves the batch (the same request would tell the
+			// policy that the batch is not the cause).
 			os.Stderr.WriteString("Traceback (most recent call last):\n" +
 				"  File \"train.py\", line 10, in <module>\n" +
-				"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free. " +
+				fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free. ", 2/float64(n)) +
 				"Including non-PyTorch memory, this process has 15.00 GiB memory in use. Of the allocated memory 14.50 GiB is allocated by PyTorch, " +
 				"and 100.00 MiB is reserved by PyTorch but unallocated.\n")
 		case "exit":

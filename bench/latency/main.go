@@ -93,7 +93,10 @@ func job(dir string) int {
 			saved := time.Now().Add(-5 * time.Second)
 			os.Chtimes(ckpt, saved, saved)
 		}
-		os.Stderr.WriteString("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n")
+		// The request shrinks from attempt to attempt, as it does when a
+		// relaunch halves the batch: the same request would tell the policy
+		// that the batch is not the cause.
+		fmt.Fprintf(os.Stderr, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n", 2/float64(n))
 		code = 1
 	}
 	fmt.Fprintf(f, "exit %d %d\n", n, monotonic())

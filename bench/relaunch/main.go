@@ -21,6 +21,7 @@
 //
 //	go run ./bench/relaunch            # the table of shapes
 //	go run ./bench/relaunch -policy examples/gpuguard.yaml
+//	go run ./bench/relaunch -fit       # the fit action against halving (fit.go)
 package main
 
 import (
@@ -162,7 +163,13 @@ func atoi(v policy.Value) int {
 
 func main() {
 	polFile := flag.String("policy", "examples/gpuguard.yaml", "gpuguard policy file to compare")
+	fit := flag.Bool("fit", false, "compare the fit action with halving on training OOMs instead (relaunches to fit, fraction of the largest feasible batch)")
+	verbose := flag.Bool("v", false, "with -fit: print each decision")
 	flag.Parse()
+	if *fit {
+		fitTable(os.Stdout, *verbose)
+		return
+	}
 	data, err := os.ReadFile(*polFile)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relaunch: %v (run from the repository root, or pass -policy)\n", err)

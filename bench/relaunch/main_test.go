@@ -49,3 +49,23 @@ func TestExamplePolicyOnShapes(t *testing.T) {
 		}
 	}
 }
+
+// The fit action against halving on training OOMs: on every shape it fits,
+// with no more relaunches than halving and a batch at least as large, and
+// it never chooses a batch above the largest that fits (a relaunch that
+// cannot succeed).
+func TestFitAgainstHalving(t *testing.T) {
+	for _, s := range fitShapes {
+		f, h := runFit("fit", s), runFit("halve", s)
+		if !f.fit || !h.fit {
+			t.Errorf("%s: fit %v (%s), halve %v (%s)", s.name, f.fit, f.why, h.fit, h.why)
+			continue
+		}
+		if f.relaunches > h.relaunches || f.batch < h.batch {
+			t.Errorf("%s: fit %d relaunches to %d, halving %d to %d", s.name, f.relaunches, f.batch, h.relaunches, h.batch)
+		}
+		if f.batch > s.feasible() {
+			t.Errorf("%s: fit ends at %d, above the feasible %d", s.name, f.batch, s.feasible())
+		}
+	}
+}

@@ -100,7 +100,7 @@ func (a *envAction) envVars() []string {
 	return out
 }
 
-func (a *envAction) apply(p *Policy, vals Values) ([]Change, string) {
+func (a *envAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) {
 	var out []Change
 	var same []string
 	for _, s := range a.sets {

@@ -11,7 +11,7 @@ func parseRetry(w *walker, in actionInput) action {
 	return retryAction{}
 }
 
-func (retryAction) verb() string                                    { return "retry" }
-func (retryAction) numericKnobs() []string                          { return nil }
-func (retryAction) envVars() []string                               { return nil }
-func (retryAction) apply(p *Policy, vals Values) ([]Change, string) { return nil, "" }
+func (retryAction) verb() string                                                { return "retry" }
+func (retryAction) numericKnobs() []string                                      { return nil }
+func (retryAction) envVars() []string                                           { return nil }
+func (retryAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) { return nil, "" }

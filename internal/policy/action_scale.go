@@ -86,7 +86,7 @@ func (a *scaleAction) numericKnobs() []string {
 // otherwise the nearest whole number (halves round up, so the effective
 // batch never shrinks by rounding), with a Note saying by how much the
 // product moved. Both knobs must hold positive whole numbers.
-func (a *scaleAction) apply(p *Policy, vals Values) ([]Change, string) {
+func (a *scaleAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) {
 	k := p.knobByName[a.knob]
 	cur, had := vals[a.knob]
 	if !had {
@@ -134,28 +134,39 @@ func (a *scaleAction) apply(p *Policy, vals Values) ([]Change, string) {
 	default:
 		return nil, fmt.Sprintf("%s is %s, and ×%g rounds back to it", a.knob, cur.Text, a.by)
 	}
+	return a.change(p, vals, a.knob, cur, n, next)
+}
+
+// change sets knob from cur (the number n) to next and, with compensate,
+// changes the compensating knob so that the product of the two stays as it
+// is: its new value is product ÷ next when that divides evenly, and
+// otherwise the nearest whole number (halves round up, so the effective
+// batch never shrinks by rounding), with a Note saying by how much the
+// product moved. Both knobs must hold positive whole numbers. vals is
+// changed only when it returns no reason.
+func (o actionOptions) change(p *Policy, vals Values, knob string, cur Value, n number, next float64) ([]Change, string) {
 	newVal := Value{Text: formatNumber(next, n.isInt)}
-	changes := []Change{{Knob: a.knob, Old: cur.Text, New: newVal.Text}}
-	if a.compensate != "" {
-		ck := p.knobByName[a.compensate]
-		ccur, chad := vals[a.compensate]
+	changes := []Change{{Knob: knob, Old: cur.Text, New: newVal.Text}}
+	if o.compensate != "" {
+		ck := p.knobByName[o.compensate]
+		ccur, chad := vals[o.compensate]
 		if !chad {
-			return nil, fmt.Sprintf("%s cannot compensate: it has no value", a.compensate)
+			return nil, fmt.Sprintf("%s cannot compensate: it has no value", o.compensate)
 		}
 		cn, ok := parseNumber(ccur)
 		if !ok || !cn.isInt || cn.f < 1 || !n.isInt {
-			return nil, fmt.Sprintf("cannot keep %s × %s: both must be positive whole numbers (%s, %s)", a.knob, a.compensate, cur.Text, ck.show(ccur, true))
+			return nil, fmt.Sprintf("cannot keep %s × %s: both must be positive whole numbers (%s, %s)", knob, o.compensate, cur.Text, ck.show(ccur, true))
 		}
 		product := n.f * cn.f
 		cnext := math.Max(1, math.Floor(product/next+0.5))
-		c := Change{Knob: a.compensate, Old: ccur.Text, New: formatNumber(cnext, true), Compensation: true}
+		c := Change{Knob: o.compensate, Old: ccur.Text, New: formatNumber(cnext, true), Compensation: true}
 		if got := next * cnext; got != product {
 			c.Note = fmt.Sprintf("effective batch %s → %s: %s is not divisible by %s", formatNumber(product, true), formatNumber(got, true), formatNumber(product, true), newVal.Text)
 		}
-		vals[a.compensate] = Value{Text: c.New}
+		vals[o.compensate] = Value{Text: c.New}
 		changes = append(changes, c)
 	}
-	vals[a.knob] = newVal
+	vals[knob] = newVal
 	return changes, ""
 }
 

@@ -29,7 +29,7 @@ func (a *setAction) verb() string           { return "set" }
 func (a *setAction) numericKnobs() []string { return nil }
 func (a *setAction) envVars() []string      { return nil }
 
-func (a *setAction) apply(p *Policy, vals Values) ([]Change, string) {
+func (a *setAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) {
 	var out []Change
 	var same []string
 	for _, s := range a.sets {

@@ -56,6 +56,7 @@ var actions = []actionDef{
 	{verb: "halve", options: []string{"min", "max", "round", "multiple_of", "compensate"}, parse: parseHalve},
 	{verb: "scale", options: []string{"by", "min", "max", "round", "multiple_of", "compensate"}, parse: parseScale},
 	{verb: "cut_workers", options: []string{"min"}, parse: parseCutWorkers},
+	{verb: "fit", options: []string{"min", "max", "multiple_of", "compensate", "headroom", "scaling"}, parse: parseFit},
 	{verb: "set_env", parse: parseSetEnv},
 	{verb: "merge_env", parse: parseMergeEnv},
 	{verb: "retry", parse: parseRetry},
@@ -67,8 +68,10 @@ type action interface {
 	verb() string
 	// apply applies the action to vals, changing them in place, and returns
 	// what it changed; or, when it cannot act (a knob at its floor, a value
-	// that is already what it would write), why, with vals unchanged.
-	apply(p *Policy, vals Values) ([]Change, string)
+	// that is already what it would write), why, with vals unchanged. out
+	// is the attempt that failed (nil for a dry run's preview): fit reads
+	// its OOM figures and peaks.
+	apply(p *Policy, vals Values, out *Outcome) ([]Change, string)
 	// numericKnobs are the knobs whose values the action reads as numbers.
 	// Start requires each to have a value (unless it is optional) that is a
 	// number, Parse requires a default to be a number, and Preview shows
@@ -100,7 +103,9 @@ type actionOptions struct {
 	min, max   *float64 // bounds of a scaled value
 	round      string   // down (the default), up or nearest
 	multipleOf int64
-	compensate string // the knob whose product with the scaled one is kept
+	compensate string   // the knob whose product with the scaled one is kept
+	headroom   *float64 // fit: the fraction of GPU memory kept free (nil: the default)
+	scaling    string   // fit: linear (the default) or quadratic
 }
 
 // optionParsers read each option an actionDef may list.
@@ -130,6 +135,15 @@ var optionParsers = map[string]func(w *walker, f field, what string, p *Policy, 
 	},
 	"compensate": func(w *walker, f field, what string, p *Policy, o *actionOptions) {
 		o.compensate = w.knobRef(f.val, what+": compensate", p)
+	},
+	"headroom": func(w *walker, f field, what string, p *Policy, o *actionOptions) {
+		w.readHeadroom(f, what, o)
+	},
+	"scaling": func(w *walker, f field, what string, p *Policy, o *actionOptions) {
+		o.scaling, _ = w.scalar(f.val, what+": scaling")
+		if o.scaling != "linear" && o.scaling != "quadratic" {
+			w.at(f.val, "%s: scaling must be linear (memory grows with the value: a batch size) or quadratic (with its square: a crop size), not %q", what, o.scaling)
+		}
 	},
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
@@ -36,6 +37,11 @@ type Outcome struct {
 	// Terminated: gpuguard itself received a terminating signal (Slurm
 	// preemption, scancel, Ctrl-C). Such a job is never relaunched.
 	Terminated bool
+	// Rejections are the lines of the attempt's output in which the job
+	// refused an argument or a configuration key (RejectionLine), in order,
+	// at most a few. When one names a knob the last relaunch changed, the
+	// run gives up and says which knob, and where the policy defines it.
+	Rejections []string
 	// Rand is a uniform random number in [0,1) for the backoff's jitter.
 	// The supervisor draws it; the policy reads no randomness of its own.
 	Rand float64
@@ -50,6 +56,8 @@ type State struct {
 	NoProgress int                   `json:"no_progress"`       // relaunches after attempts that made no progress
 	Rules      map[string]RuleState  `json:"rules,omitempty"`   // escalation position per rule name
 	Values     Values                `json:"values"`            // current knob values (and EnvKey variables)
+	// Last is what the last relaunch changed, and the failure it answered.
+	Last *Relaunched `json:"last,omitempty"`
 }
 
 // RuleState is a rule's progress through its steps.
@@ -68,6 +76,7 @@ func NewState(vals Values) State {
 func (st State) clone() State {
 	out := st
 	out.Values = st.Values.clone()
+	out.Last = st.Last.clone()
 	out.ByKind = maps.Clone(st.ByKind)
 	if out.ByKind == nil {
 		out.ByKind = map[classify.Kind]int{}
@@ -108,7 +117,13 @@ type Decision struct {
 	Changes []Change      `json:"changes,omitempty"`
 	Backoff time.Duration `json:"backoff,omitempty"` // Relaunch: wait this long first
 	Reason  string        `json:"reason"`
-	State   State         `json:"state"` // the state after this decision
+	// Note: why the rule skipped a step (its change was not the cause of
+	// the failure), shown with the changes.
+	Note string `json:"note,omitempty"`
+	// Rejected: GiveUp because the job refused this knob, which the last
+	// relaunch changed (the Reason says where the policy defines it).
+	Rejected string `json:"rejected,omitempty"`
+	State    State  `json:"state"` // the state after this decision
 }
 
 // Describe is the decision in one line for people, e.g.
@@ -123,6 +138,9 @@ func (d Decision) Describe() string {
 			if c.Note != "" {
 				fmt.Fprintf(&b, "; %s", c.Note)
 			}
+		}
+		if d.Note != "" {
+			fmt.Fprintf(&b, "; %s", d.Note)
 		}
 		if d.Backoff > 0 {
 			fmt.Fprintf(&b, "; relaunching in %s", d.Backoff.Round(100*time.Millisecond))
@@ -172,6 +190,11 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		kind = classify.KindCrash
 	}
 	what := describeFailure(kind, out)
+	if c, line, ok := p.rejected(st.Last, out.Rejections); ok {
+		d.Reason = p.rejectedReason(what, st.Last, c, line)
+		d.Rejected = c.Knob
+		return d
+	}
 	if st.Relaunches >= p.budget.relaunches {
 		d.Reason = fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
 		return d
@@ -204,6 +227,7 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 	}
 
 	var floors []string
+	var causes []string // steps passed over: their change was not the cause
 	matched := 0
 	for _, r := range p.rules {
 		if !r.when.matches(kind, out) {
@@ -211,13 +235,27 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 		}
 		matched++
 		rs := st.Rules[r.name]
-		for i := rs.Step; i < len(r.steps); i++ {
+		start := rs.Step
+		if why, ok := notTheCause(st.Last, r.name, rs.Step, kind, out); ok {
+			// The step the last relaunch took did not move the failure:
+			// repeating it (halving to its floor) would waste relaunches.
+			// The rule moves on for good.
+			start++
+			rs.Step = start
+			st.Rules[r.name] = rs
+			floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, start, why))
+			if start < len(r.steps) {
+				why += fmt.Sprintf("; rule %s goes on to step %d", r.name, start+1)
+			}
+			causes = append(causes, why)
+		}
+		for i := start; i < len(r.steps); i++ {
 			s := r.steps[i]
 			if s.times > 0 && i < len(rs.Acts) && rs.Acts[i] >= s.times {
 				floors = append(floors, fmt.Sprintf("rule %s step %d acted its %d time(s)", r.name, i+1, s.times))
 				continue
 			}
-			vals, changes, why := p.applyStep(s, st.Values)
+			vals, changes, why := p.applyStep(s, st.Values, &out)
 			if why != "" {
 				floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, i+1, why))
 				continue
@@ -234,8 +272,13 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 				st.NoProgress++
 			}
 			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
+			d.Note = strings.Join(causes, "; ")
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
+			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase)}
+			if v.OOM != nil && v.OOM.RequestedBytes != nil {
+				st.Last.RequestedBytes = ptrTo(*v.OOM.RequestedBytes)
+			}
 			d.Reason = fmt.Sprintf("%s matched rule %s (step %d of %d); relaunch %d of %d", what, r.name, i+1, len(r.steps), st.Relaunches, p.budget.relaunches)
 			if limited {
 				d.Reason += fmt.Sprintf(", %s %d of %d", kind, st.ByKind[kind], limit)
@@ -243,16 +286,63 @@ func (p *Policy) Decide(st State, out Outcome) Decision {
 			if noProgress {
 				d.Reason += fmt.Sprintf(", no progress %d of %d", st.NoProgress, p.budget.noProgress)
 			}
+			if d.Note != "" {
+				d.Reason += "; " + d.Note
+			}
 			d.State = st
 			return d
 		}
 	}
+	d.State = st
 	if matched == 0 {
 		d.Reason = fmt.Sprintf("no rule matches %s; status %d is passed on", what, out.Exit.Code)
 	} else {
 		d.Reason = fmt.Sprintf("%s: every matching rule is at its floors (%s); status %d is passed on", what, strings.Join(floors, "; "), out.Exit.Code)
 	}
 	return d
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// notTheCause reports whether the step at index pos of rule, which the last
+// relaunch took, changed a knob without touching the failure: the attempt
+// after it failed the same way (an out-of-memory error of the same kind, in
+// the same phase, asking for the same number of bytes). The allocation then
+// does not depend on the knob (it is made inside a DataLoader worker, or
+// against a per-process limit), and repeating the step only wastes
+// relaunches until the knob reaches its floor. why says so, for the
+// decision.
+func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out Outcome) (string, bool) {
+	v := out.Verdict
+	if last == nil || last.Rule != rule || last.Step != pos+1 || last.Kind != string(kind) || !isOOM(kind) ||
+		last.Phase != string(v.Phase) || last.RequestedBytes == nil || v.OOM == nil || v.OOM.RequestedBytes == nil ||
+		*last.RequestedBytes != *v.OOM.RequestedBytes {
+		return "", false
+	}
+	var knobs, changes []string
+	for _, c := range last.Changes {
+		if c.Knob != "" && !c.Compensation {
+			knobs = append(knobs, c.Knob)
+			changes = append(changes, c.String())
+		}
+	}
+	if len(knobs) == 0 {
+		return "", false
+	}
+	phase := string(v.Phase)
+	if phase == "" {
+		phase = "an unknown phase"
+	}
+	is := "is"
+	if len(knobs) > 1 {
+		is = "are"
+	}
+	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s",
+		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.GiB(*v.OOM.RequestedBytes), phase), true
+}
+
+func isOOM(k classify.Kind) bool {
+	return k == classify.KindGPUOOM || k == classify.KindCPUAllocOOM || k == classify.KindHostOOM
 }
 
 // describeFailure is "gpu_oom in val (rank 1, fragmentation)" for reasons.
@@ -317,13 +407,13 @@ func (b backoff) wait(n int, r float64) time.Duration {
 // applyStep applies a step's actions in order to a copy of vals. The step
 // acts when at least one action changes something; why is "" then, and
 // otherwise says why each action could not act.
-func (p *Policy) applyStep(s step, vals Values) (Values, []Change, string) {
+func (p *Policy) applyStep(s step, vals Values, out *Outcome) (Values, []Change, string) {
 	vals = vals.clone()
 	var changes []Change
 	var whys []string
 	acted := false
 	for _, a := range s.actions {
-		c, why := a.apply(p, vals)
+		c, why := a.apply(p, vals, out)
 		if why != "" {
 			whys = append(whys, why)
 			continue

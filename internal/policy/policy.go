@@ -41,10 +41,16 @@ type Policy struct {
 	ckptPass    pass
 	slurm       Slurm
 	notify      Notify
+	memo        bool
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.
 func (p *Policy) File() string { return p.file }
+
+// Memo reports whether the policy asks gpuguard to remember the knob values
+// a run ended with (key memo): a later run of the same command under the
+// same policy starts with them instead of failing its way there again.
+func (p *Policy) Memo() bool { return p.memo }
 
 // Description returns the policy's description: line, or "".
 func (p *Policy) Description() string { return p.description }

@@ -19,7 +19,7 @@ func (p *Policy) Preview(vals Values) []string {
 		cur := vals.clone()
 		for i, s := range r.steps {
 			head := fmt.Sprintf("rule %s step %d [%s]: ", r.name, i+1, r.when)
-			next, changes, why := p.applyStep(s, cur)
+			next, changes, why := p.applyStep(s, cur, nil)
 			if why != "" {
 				lines = append(lines, head+"cannot act: "+why)
 				continue
@@ -27,7 +27,7 @@ func (p *Policy) Preview(vals Values) []string {
 			first := describeChanges(changes)
 			n := 1
 			for limit := previewRepeats; limit > 0 && (s.times == 0 || n < s.times); limit-- {
-				again, _, why := p.applyStep(s, next)
+				again, _, why := p.applyStep(s, next, nil)
 				if why != "" {
 					break
 				}
@@ -39,6 +39,11 @@ func (p *Policy) Preview(vals Values) []string {
 				line += fmt.Sprintf("; repeats on later failures, %d firings in all", n)
 				if touched := p.showTouched(s, next); touched != "" {
 					line += ", ending at " + touched
+				}
+			}
+			for _, a := range s.actions {
+				if f, ok := a.(*fitAction); ok {
+					line += fmt.Sprintf(" (fit sets %s from the OOM message's figures; shown: halving, what it does without them)", f.knob)
 				}
 			}
 			lines = append(lines, line)

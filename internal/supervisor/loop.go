@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -49,6 +50,12 @@ type loop struct {
 	slurm *slurmRun
 	// ignoredOld: a checkpoint of an earlier run was passed over (said once).
 	ignoredOld bool
+	// unmatchedSaid: the job saved a checkpoint that no glob matches, and
+	// the user was told (once per run; checkSaved, on the scanner goroutine).
+	unmatchedSaid atomic.Bool
+	// memoFrom: the command's own knob values, before a memo (policy key
+	// memo) replaced them; nil when the policy keeps no memo.
+	memoFrom policy.Values
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []gpu.Sample
@@ -97,6 +104,9 @@ type attemptRow struct {
 	// stoppedBy is the stop signal gpuguard received while the attempt ran
 	// (Ctrl-C, kill, Slurm's end of the time limit), 0 if none.
 	stoppedBy syscall.Signal
+	// rejections: output lines in which the job refused an argument or a
+	// config key (policy.RejectionLine).
+	rejections []string
 }
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
@@ -122,6 +132,7 @@ func runLoop(cfg Config) int {
 	if code := l.resolveRunDir(status); code != 0 {
 		return code
 	}
+	l.applyMemo(status)
 	if cfg.DryRun {
 		return l.dryRun(status)
 	}
@@ -235,6 +246,7 @@ func (l *loop) attempts() int {
 			Attempt:    n,
 			StartStep:  startStep,
 			Peaks:      row.peaks(),
+			Rejections: row.rejections,
 			Terminated: terminated,
 			Rand:       rand.Float64(),
 		}
@@ -293,7 +305,7 @@ func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
 		// The step's values are kept: they describe what the job already
 		// gets, and with them the rule escalates past the step.
 		next := d.State
-		next.Relaunches, next.ByKind, next.NoProgress = st.Relaunches, st.ByKind, st.NoProgress
+		next.Relaunches, next.ByKind, next.NoProgress, next.Last = st.Relaunches, st.ByKind, st.NoProgress, st.Last
 		d = l.pol.Decide(next, out)
 	}
 	return d
@@ -353,6 +365,9 @@ func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 // end records the run's end and prints the summary table of attempts.
 func (l *loop) end(code int) int {
 	l.state.Done, l.state.ExitCode = true, code
+	if code == 0 {
+		l.saveMemo()
+	}
 	if err := l.saveState(); err != nil {
 		l.job.Status.Printf("warning: %v", err)
 	}

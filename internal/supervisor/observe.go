@@ -18,6 +18,9 @@ import (
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
+// maxRejections bounds the rejection lines kept of one attempt.
+const maxRejections = 8
+
 // runOne runs attempt n as planned and returns its summary row, the
 // classifier's verdict and how the process ended. A non-nil error means the
 // command could not be started (or gpuguard was told to stop before it
@@ -105,8 +108,20 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	baseline, _ := l.gpu.Sample(ctx, nil)
 	kills0, killsOK := procfs.CgroupOOMKills("/proc", os.Getpid())
 
+	// Lines in which the job refuses an argument or a config key: the
+	// policy checks them against what the last relaunch changed.
+	var rejMu sync.Mutex
+	var rejections []string
 	spec := l.job.Spec(argv, env)
 	spec.Scan = func(s int, ln lines.Line) {
+		l.checkSaved(ln.Text)
+		if policy.RejectionLine(ln.Text) {
+			rejMu.Lock()
+			if len(rejections) < maxRejections {
+				rejections = append(rejections, string(ln.Text))
+			}
+			rejMu.Unlock()
+		}
 		switch {
 		case spec.PTY:
 			stream = "pty"
@@ -160,6 +175,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 		return row, verdict, res, err
 	}
 	row.code, row.verdict, row.duration = res.Code, verdict, res.End.Sub(res.Start)
+	rejMu.Lock()
+	row.rejections = rejections
+	rejMu.Unlock()
 	if res.Code != 0 {
 		l.releaseBaseline = baseline
 	}

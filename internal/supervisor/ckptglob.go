@@ -1,0 +1,146 @@
+package supervisor
+
+import (
+	"bytes"
+
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Checkpoint globs checked against what the job does. A glob that matches
+// none of the job's checkpoints is found out only at the first relaunch,
+// which then starts over from scratch: hours of work. So the dry run says
+// when a glob matches nothing now, and during a run, when the job says it
+// saved a checkpoint at a path no glob matches, gpuguard says so once, with
+// a glob that would.
+
+// savedRE matches the lines in which jobs say where they saved a checkpoint:
+// "saved checkpoint PATH", "Saved checkpoint to PATH", Hugging Face's
+// "Saving model checkpoint to PATH", Lightning's "Epoch N, global step M:
+// ... saving model to 'PATH'". The path is group 1 (quoted) or 2.
+var savedRE = regexp.MustCompile(`(?i:saved checkpoint(?: to)?|saving model checkpoint to|saving model to)\s+(?:['"]([^'"]+)['"]|(\S+))`)
+
+// savedWords prefilter the lines: every form holds one of them.
+var savedWords = [][]byte{[]byte("aved checkpoint"), []byte("aving model"), []byte("AVED CHECKPOINT")}
+
+// savedPath is the path a line of output says a checkpoint was saved at.
+func savedPath(text []byte) (string, bool) {
+	if len(text) > 4096 {
+		return "", false
+	}
+	hit := false
+	for _, w := range savedWords {
+		if bytes.Contains(text, w) {
+			hit = true
+			break
+		}
+	}
+	if !hit {
+		return "", false
+	}
+	m := savedRE.FindSubmatch(text)
+	if m == nil {
+		return "", false
+	}
+	p := string(m[1])
+	if p == "" {
+		p = strings.TrimRight(string(m[2]), ".,;:)")
+	}
+	return p, p != ""
+}
+
+// globsMatch reports whether a checkpoint glob (relative to wd) matches
+// path, or a directory holding it (a file saved inside a checkpoint
+// directory).
+func globsMatch(globs []string, wd, path string) bool {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(wd, path)
+	}
+	path = filepath.Clean(path)
+	for _, g := range globs {
+		if !filepath.IsAbs(g) {
+			g = filepath.Join(wd, g)
+		}
+		for p := path; ; p = filepath.Dir(p) {
+			if ok, _ := filepath.Match(g, p); ok {
+				return true
+			}
+			if p == filepath.Dir(p) {
+				break
+			}
+		}
+	}
+	return false
+}
+
+var digitsRE = regexp.MustCompile(`[0-9]+`)
+
+// globFor is a glob that matches path and its siblings of other steps:
+// path relative to wd (when under it), every run of digits a `*`
+// ("lightning_logs/version_*/checkpoints/epoch=*-step=*.ckpt").
+func globFor(wd, path string) string {
+	if filepath.IsAbs(path) {
+		if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+			path = rel
+		}
+	}
+	path = filepath.Clean(path)
+	var b strings.Builder
+	for i, part := range strings.Split(path, string(filepath.Separator)) {
+		if i > 0 {
+			b.WriteByte(filepath.Separator)
+		}
+		lit := 0
+		for _, m := range digitsRE.FindAllStringIndex(part, -1) {
+			b.WriteString(escapeGlob(part[lit:m[0]]))
+			b.WriteByte('*')
+			lit = m[1]
+		}
+		b.WriteString(escapeGlob(part[lit:]))
+	}
+	return b.String()
+}
+
+func escapeGlob(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	return r.Replace(s)
+}
+
+// checkSaved is called with each line of the job's output: when the line
+// says a checkpoint was saved at a path that no glob of the policy matches,
+// it says so, once per run.
+func (l *loop) checkSaved(text []byte) {
+	if l.pol == nil || l.unmatchedSaid.Load() {
+		return
+	}
+	path, ok := savedPath(text)
+	if !ok || globsMatch(l.spec.Globs, l.wd, path) {
+		return
+	}
+	if !l.unmatchedSaid.CompareAndSwap(false, true) {
+		return
+	}
+	globs := "the policy has no checkpoint globs"
+	if len(l.spec.Globs) > 0 {
+		globs = "globs: " + strings.Join(l.spec.Globs, ", ")
+	}
+	l.status.Printf("warning: the job saved a checkpoint at %s, which no checkpoint glob matches (%s): a relaunch cannot resume from it. A glob that would: checkpoints: {globs: [%q]}",
+		displayPath(path, l.wd), globs, globFor(l.wd, path))
+}
+
+// unmatchedGlobs are the checkpoint globs (expanded) that match nothing in
+// wd now, for the dry run.
+func unmatchedGlobs(globs []string, wd string) []string {
+	var out []string
+	for _, g := range globs {
+		pat := g
+		if !filepath.IsAbs(pat) {
+			pat = filepath.Join(wd, pat)
+		}
+		if m, err := filepath.Glob(pat); err == nil && len(m) == 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}

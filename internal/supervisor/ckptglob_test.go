@@ -1,0 +1,71 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestSavedPath(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"saved checkpoint ckpt/step_50.pt", "ckpt/step_50.pt"},
+		{"Saved checkpoint to /data/run/ckpt-100.pt.", "/data/run/ckpt-100.pt"},
+		{"[INFO|trainer.py:3984] 2024-05-01 >> Saving model checkpoint to out/checkpoint-500", "out/checkpoint-500"},
+		{"Epoch 0, global step 50: 'val_loss' reached 0.51 (best 0.51), saving model to '/w/lightning_logs/version_0/checkpoints/epoch=0-step=50.ckpt' as top 1", "/w/lightning_logs/version_0/checkpoints/epoch=0-step=50.ckpt"},
+		{"saving model to 'my runs/a b.ckpt'", "my runs/a b.ckpt"},
+		{"step 3 loss 0.5", ""},
+		{"no checkpoint saved", ""},
+	} {
+		got, ok := savedPath([]byte(tc.line))
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("savedPath(%q) = %q, %v; want %q", tc.line, got, ok, tc.want)
+		}
+	}
+}
+
+func TestGlobsMatchAndSuggest(t *testing.T) {
+	wd := "/w"
+	for _, tc := range []struct {
+		globs []string
+		path  string
+		want  bool
+	}{
+		{[]string{"ckpt/*.pt"}, "ckpt/step_50.pt", true},
+		{[]string{"ckpt/*.pt"}, "/w/ckpt/step_50.pt", true},
+		{[]string{"out/checkpoint-*"}, "out/checkpoint-500/model.safetensors", true},
+		{[]string{"ckpt/*.pt"}, "checkpoints/step_50.pt", false},
+		{nil, "ckpt/step_50.pt", false},
+	} {
+		if got := globsMatch(tc.globs, wd, tc.path); got != tc.want {
+			t.Errorf("globsMatch(%q, %q) = %v", tc.globs, tc.path, got)
+		}
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/w/lightning_logs/version_0/checkpoints/epoch=0-step=50.ckpt", "lightning_logs/version_*/checkpoints/epoch=*-step=*.ckpt"},
+		{"checkpoints/step_50.pt", "checkpoints/step_*.pt"},
+		{"/elsewhere/ck[1].pt", `/elsewhere/ck\[*].pt`},
+	} {
+		g := globFor(wd, tc.path)
+		if g != tc.want {
+			t.Errorf("globFor(%q) = %q, want %q", tc.path, g, tc.want)
+		}
+		if !globsMatch([]string{g}, wd, tc.path) {
+			t.Errorf("the suggested glob %q does not match %q", g, tc.path)
+		}
+	}
+}
+
+func TestUnmatchedGlobs(t *testing.T) {
+	wd := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(wd, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wd, "ckpt", "step_1.pt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := unmatchedGlobs([]string{"ckpt/*.pt", "out/checkpoint-*"}, wd)
+	if !slices.Equal(got, []string{"out/checkpoint-*"}) {
+		t.Errorf("unmatched %q", got)
+	}
+}
