@@ -272,3 +272,26 @@ func TestCUDAFake(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// Every rank reports with its RANK and LOCAL_RANK; the launcher, which
+// imports torch but trains nothing, writes no file.
+func TestRanks(t *testing.T) {
+	needTorch(t)
+	j := runScript(t, "ddp.py", true, "OMP_NUM_THREADS=1")
+	files, _ := filepath.Glob(filepath.Join(j.recDir, "probe-*.jsonl"))
+	if j.code != 0 || len(files) != 2 {
+		j.dump(t)
+		t.Fatalf("exit %d, files %q: want 0 and one per rank", j.code, files)
+	}
+	seen := map[int]string{}
+	for _, r := range j.of(KindPhase) {
+		if r.Rank == nil || r.LocalRank == nil || *r.Rank != *r.LocalRank {
+			t.Fatalf("phase record without its rank: %+v", r)
+		}
+		seen[*r.Rank] += r.Phase + "@" + itoa(r.Step) + " "
+	}
+	if seen[0] != "train@0 val@3 " || seen[1] != "train@0 val@3 " {
+		j.dump(t)
+		t.Fatalf("phases by rank %v", seen)
+	}
+}
