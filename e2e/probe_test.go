@@ -14,7 +14,7 @@ import (
 
 // probeRun runs internal/probes/torchprobe/testdata/train.py under
 // `gpuguard run --probe torch` and reads the run's journal.
-func probeRun(t *testing.T, env []string, flags ...string) (result, []record.Event) {
+func probeRun(t *testing.T, env []string, flags ...string) (result, []record.Event, string) {
 	t.Helper()
 	bin := buildGpuguard(t)
 	dir := t.TempDir()
@@ -38,7 +38,7 @@ func probeRun(t *testing.T, env []string, flags ...string) (result, []record.Eve
 			evs = append(evs, ev)
 		}
 	}
-	return r, evs
+	return r, evs, runDir
 }
 
 // A job that prints no phase lines: its phases come from train()/eval().
@@ -46,7 +46,7 @@ func probeRun(t *testing.T, env []string, flags ...string) (result, []record.Eve
 // the attempt's end, with its phase and the input shapes.
 func TestProbeTorchThroughGpuguard(t *testing.T) {
 	needTorch(t)
-	r, evs := probeRun(t, jobEnv(), "--probe", "torch")
+	r, evs, runDir := probeRun(t, jobEnv(), "--probe", "torch")
 	if r.code != 0 || !strings.Contains(r.stderr, "torch probe on") {
 		t.Fatalf("exit %d, want 0 and the probe announced\n%s", r.code, dump(r))
 	}
@@ -60,7 +60,14 @@ func TestProbeTorchThroughGpuguard(t *testing.T) {
 		t.Fatalf("probe phases %q, want %q", phases, want)
 	}
 
-	r, evs = probeRun(t, jobEnv("MODE=oom"), "--probe", "torch")
+	// The job prints no phase line: a sample in train is the probe's phase
+	// driving the sampler.
+	tl, err := os.ReadFile(filepath.Join(runDir, record.Timeline))
+	if err != nil || !strings.Contains(string(tl), ",1,train,") {
+		t.Fatalf("no sample in train in the timeline (%v):\n%s", err, tl)
+	}
+
+	r, evs, _ = probeRun(t, jobEnv("MODE=oom"), "--probe", "torch")
 	var end *record.AttemptEnd
 	for _, ev := range evs {
 		if e, ok := ev.(record.AttemptEnd); ok {
