@@ -30,6 +30,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.StringFlag{Name: "policy", Usage: "policy `FILE` or built-in preset name (default: gpuguard.yaml from here up to the repository root)", EnvVars: []string{"GPUGUARD_POLICY"}},
 			&cli.StringFlag{Name: "resume-run", Usage: "continue the run kept in `DIR` with the settings that fit"},
 			&cli.BoolFlag{Name: "no-env", Usage: "do not add allocator settings to the command's environment"},
+			&cli.StringFlag{Name: "probe", Usage: "put a probe inside the job: `torch` reports phases, steps, memory and where an out-of-memory error was raised from inside PyTorch (docs/probe.md)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the command, environment and derived config the first attempt would get, and what each rule would change; start nothing"},
 			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time the job gets to exit after a stop signal before it is killed"},
 			&cli.StringFlag{Name: "notify", Usage: "POST a JSON document to `URL` at the run's start, each relaunch, give-up and the run's end (docs/notify.md)", EnvVars: []string{"GPUGUARD_NOTIFY"}},
@@ -40,6 +41,9 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			if c.NArg() == 0 {
 				return usageError("no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]")
 			}
+			if pr := c.String("probe"); pr != "" && pr != "torch" {
+				return usageError("unknown probe %q (there is one: torch)", pr)
+			}
 			return runF(supervisor.Config{
 				Argv:      c.Args().Slice(),
 				PTY:       c.String("pty"),
@@ -47,6 +51,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				Policy:    c.String("policy"),
 				ResumeRun: c.String("resume-run"),
 				NoEnv:     c.Bool("no-env"),
+				Probe:     c.String("probe"),
 				DryRun:    c.Bool("dry-run"),
 				Grace:     c.Duration("grace"),
 				Stdin:     s.In,

@@ -316,7 +316,7 @@ func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
 // a derived config. A plan that cannot be made counts as a change (the
 // attempt then says why).
 func (l *loop) changesLaunch(n int, before, after policy.Values) bool {
-	in := planInput{pol: l.pol, job: l.pjob, attempt: n, noEnv: l.cfg.NoEnv, runDir: l.job.RunDir.Path(),
+	in := planInput{pol: l.pol, job: l.pjob, attempt: n, noEnv: l.cfg.NoEnv, probe: l.cfg.Probe, runDir: l.job.RunDir.Path(),
 		gpuguardPID: l.getpid(), readFile: os.ReadFile}
 	in.values = before
 	a, err1 := planLaunch(in)
@@ -341,7 +341,7 @@ func (l *loop) changesLaunch(n int, before, after policy.Values) bool {
 func (l *loop) plan(n int, ckpt, runDir string) (launchPlan, error) {
 	return planLaunch(planInput{
 		pol: l.pol, job: l.pjob, values: l.state.Policies.Values, ckpt: ckpt, attempt: n,
-		noEnv: l.cfg.NoEnv, runDir: runDir, gpuguardPID: l.getpid(), readFile: os.ReadFile,
+		noEnv: l.cfg.NoEnv, probe: l.cfg.Probe, runDir: runDir, gpuguardPID: l.getpid(), readFile: os.ReadFile,
 	})
 }
 

@@ -54,6 +54,11 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 		},
 	})
 
+	// --probe torch: the probe's records, followed during the attempt
+	// (torchprobe.go).
+	probe := startProbe(n, p, rd, status, sampler)
+	defer probe.stop()
+
 	// The classifier runs on the output pump's scanner goroutine; its events
 	// reach the sampler (faster sampling in validation), the journal, and the
 	// OOM grace timer below.
@@ -83,7 +88,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 					stepsSince.Add(1)
 				}
 			case classify.EventPhase:
-				sampler.SetPhase(ev.Phase, epoch)
+				if !probe.drivesPhase() { // the torch probe's phase, when it has one, drives the sampler
+					sampler.SetPhase(ev.Phase, epoch)
+				}
 				rd.Write(record.Phase{Attempt: n, Phase: ev.Phase, Line: ev.Line, Stream: stream})
 			case classify.EventFailure:
 				rd.Write(record.Failure{Attempt: n, Kind: ev.Kind, Line: ev.Line, Stream: stream, Text: ev.Text})
@@ -149,6 +156,8 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 		Ended: func(r attemptResult, end *record.AttemptEnd) {
 			cancel()
 			sampled.Wait()
+			probe.stop()
+			end.Site = probe.oomSite()
 			exit := classify.Exit{Code: r.Code, Signal: r.Signal, StoppedByUs: r.StoppedByUs}
 			if kills1, ok := procfs.CgroupOOMKills("/proc", os.Getpid()); ok && killsOK && kills1 > kills0 {
 				exit.CgroupOOMKills = int(kills1 - kills0)

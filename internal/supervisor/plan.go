@@ -9,6 +9,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/envinject"
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/torchprobe"
 )
 
 // The launch plan: what one attempt is started with. Every attempt, the
@@ -31,7 +32,8 @@ type planInput struct {
 	values  policy.Values  // the knob values to launch with
 	ckpt    string         // the checkpoint to resume from; "" for none
 	attempt int
-	noEnv   bool // --no-env: no allocator settings
+	noEnv   bool   // --no-env: no allocator settings
+	probe   string // --probe: "torch" or "" (none: nothing of it in the environment)
 
 	// runDir is the run directory; derived configs go under it. The
 	// gpuguard variables name it and gpuguardPID.
@@ -48,6 +50,10 @@ type launchPlan struct {
 	notes []string             // how the command differs from the user's, in words
 	alloc envinject.Result     // what the allocator defaults changed
 	ckpt  string
+
+	// --probe torch: the probe's Python files (first on PYTHONPATH) and
+	// where the attempt's processes write their records; "" without it.
+	probeSite, probeRecords string
 }
 
 // attemptDerivedDir is where attempt n's derived config copies go.
@@ -79,6 +85,10 @@ func planLaunch(in planInput) (launchPlan, error) {
 	p.env = envlist.Set(p.env, envRunDir, in.runDir)
 	p.env = envlist.Set(p.env, envPID, strconv.Itoa(in.gpuguardPID))
 	p.env = envlist.Set(p.env, envAttempt, strconv.Itoa(in.attempt))
+	if in.probe != "" {
+		p.probeSite, p.probeRecords = torchprobe.Dirs(in.runDir, in.attempt)
+		p.env = torchprobe.Env(p.env, p.probeSite, p.probeRecords)
+	}
 	return p, nil
 }
 

@@ -17,7 +17,7 @@ type Event interface {
 var Types = []Event{
 	RunStart{}, RunEnd{}, Policy{}, Signal{}, Slurm{}, RequeueSignal{}, Requeue{},
 	AttemptStart{}, AttemptStartFailed{}, AttemptEnd{}, Error{},
-	Phase{}, Failure{}, Warning{}, Memory{}, Decision{},
+	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{},
 }
 
 // RunStart is the first event of a run (and of each --resume-run or Slurm
@@ -150,6 +150,9 @@ type AttemptEnd struct {
 	Verdict    *classify.Verdict `json:"verdict,omitempty"`
 	Checkpoint string            `json:"checkpoint,omitempty"` // what the attempt resumed from
 	LastStep   *int64            `json:"last_step,omitempty"`
+	// Site is where the torch probe saw an out-of-memory error raised
+	// (--probe torch); nil without the probe or without such an error.
+	Site *ProbeSite `json:"site,omitempty"`
 }
 
 // Error is an attempt gpuguard could not prepare (its command could not be

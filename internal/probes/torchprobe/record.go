@@ -1,0 +1,52 @@
+package torchprobe
+
+import "encoding/json"
+
+// Record kinds (the "t" field).
+const (
+	KindStart = "start" // the process's first record
+	KindPhase = "phase" // the phase changed
+	KindStep  = "step"  // optimizer steps (at most one record per interval)
+	KindOOM   = "oom"   // an out-of-memory error, and where it was raised
+	KindError = "error" // the probe failed and switched itself off
+)
+
+// Record is one line a probed process wrote.
+type Record struct {
+	Kind      string  `json:"t"`
+	Time      float64 `json:"time"` // Unix seconds
+	PID       int     `json:"pid"`
+	Rank      *int    `json:"rank"`       // RANK; nil when unset
+	LocalRank *int    `json:"local_rank"` // LOCAL_RANK
+	Phase     string  `json:"phase"`      // "train", "val" or ""
+	Step      int64   `json:"step"`       // optimizer steps this process took
+	Mem       *Memory `json:"mem,omitempty"`
+
+	How string `json:"how,omitempty"` // phase: what showed it ("eval()", "forward without grad")
+
+	Pass      string          `json:"pass,omitempty"`   // oom: forward, backward, optimizer.step
+	Module    string          `json:"module,omitempty"` // oom: Net.encoder.0
+	Shapes    json.RawMessage `json:"shapes,omitempty"` // oom: the forward's inputs
+	ErrorType string          `json:"error_type,omitempty"`
+	Error     string          `json:"error,omitempty"`    // oom: its first line; error: the probe's failure
+	Snapshot  string          `json:"snapshot,omitempty"` // oom: the CUDA allocator snapshot
+	Where     string          `json:"where,omitempty"`    // error: where in the probe
+
+	Torch string `json:"torch,omitempty"` // start
+}
+
+// Memory is a process's memory as the probe read it.
+type Memory struct {
+	HostRSS                 int64 `json:"host_rss,omitempty"`
+	CUDADevice              *int  `json:"cuda_device,omitempty"`
+	CUDAAllocated           int64 `json:"cuda_allocated,omitempty"`
+	CUDAReserved            int64 `json:"cuda_reserved,omitempty"`
+	CUDAReservedUnallocated int64 `json:"cuda_reserved_unallocated,omitempty"`
+	CUDAPeakAllocated       int64 `json:"cuda_peak_allocated,omitempty"`
+	CUDAAllocRetries        int64 `json:"cuda_alloc_retries,omitempty"`
+	CUDAOOMs                int64 `json:"cuda_ooms,omitempty"`
+}
+
+// MainRank reports whether r comes from the process whose phase stands for
+// the job's: rank 0, or a process that names no rank.
+func (r Record) MainRank() bool { return r.Rank == nil || *r.Rank == 0 }

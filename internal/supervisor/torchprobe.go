@@ -1,0 +1,150 @@
+package supervisor
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/probes/torchprobe"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
+)
+
+// probePoll is how often the torch probe's files are read during an attempt.
+const probePoll = 200 * time.Millisecond
+
+// probeWatch follows the torch probe's records during one attempt
+// (--probe torch, docs/probe.md): they go to the journal as probe events,
+// the main rank's phase drives the sampler in place of the output's, and
+// the first out-of-memory site goes into attempt_end. A nil *probeWatch is
+// the probe off; its methods do nothing.
+type probeWatch struct {
+	n       int
+	rd      *rundir.Dir
+	status  *Status
+	sampler *memory.Sampler
+
+	phased atomic.Bool // the probe reported a phase: the output's phases no longer drive the sampler
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	mu   sync.Mutex
+	site *record.ProbeSite
+}
+
+// startProbe writes the probe's Python files and starts following the
+// attempt's records; nil when the plan has no probe. A probe that cannot be
+// written is a warning: the attempt runs without it.
+func startProbe(n int, p launchPlan, rd *rundir.Dir, status *Status, sampler *memory.Sampler) *probeWatch {
+	if p.probeRecords == "" {
+		return nil
+	}
+	if err := torchprobe.Install(p.probeSite); err != nil {
+		status.Printf("warning: %v", err)
+		return nil
+	}
+	if err := os.MkdirAll(p.probeRecords, 0o755); err != nil {
+		status.Printf("warning: cannot make the torch probe's directory: %v", err)
+		return nil
+	}
+	status.Printf("attempt %d: torch probe on (records in %s)", n, p.probeRecords)
+	w := &probeWatch{n: n, rd: rd, status: status, sampler: sampler}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		torchprobe.Follow(ctx, p.probeRecords, probePoll, w.record)
+	}()
+	return w
+}
+
+// drivesPhase reports whether the probe's phases drive the sampler.
+func (w *probeWatch) drivesPhase() bool { return w != nil && w.phased.Load() }
+
+// stop reads what is left and stops following.
+func (w *probeWatch) stop() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	w.done.Wait()
+}
+
+// oomSite is the first out-of-memory site the probe reported, or nil.
+func (w *probeWatch) oomSite() *record.ProbeSite {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.site
+}
+
+func (w *probeWatch) record(r torchprobe.Record) {
+	ev := record.Probe{
+		Attempt: w.n, Kind: r.Kind, PID: r.PID, Rank: r.Rank, Phase: classify.Phase(r.Phase),
+		Step: r.Step, How: r.How, Memory: (*record.ProbeMemory)(r.Mem),
+	}
+	switch r.Kind {
+	case torchprobe.KindStep:
+		return // counted in every record; not journalled one by one
+	case torchprobe.KindPhase:
+		if r.MainRank() && (r.Phase == string(classify.PhaseTrain) || r.Phase == string(classify.PhaseVal)) {
+			w.phased.Store(true)
+			w.sampler.SetPhase(classify.Phase(r.Phase), -1)
+		}
+	case torchprobe.KindOOM:
+		site := &record.ProbeSite{
+			Module: r.Module, Pass: r.Pass, Phase: classify.Phase(r.Phase), Step: r.Step, Shapes: string(r.Shapes),
+			PID: r.PID, Rank: r.Rank, ErrorType: r.ErrorType, Error: r.Error, Snapshot: r.Snapshot,
+		}
+		ev.Site = site
+		w.mu.Lock()
+		first := w.site == nil
+		if first {
+			w.site = site
+		}
+		w.mu.Unlock()
+		if first {
+			w.status.Printf("torch probe: %s", describeSite(site, r.Mem))
+		}
+	case torchprobe.KindError:
+		ev.Error = r.Where + ": " + r.Error
+		w.status.Printf("warning: the torch probe failed in process %d and switched itself off there: %s", r.PID, ev.Error)
+	case torchprobe.KindStart:
+	default:
+		return
+	}
+	w.rd.Write(ev)
+}
+
+// describeSite says where an out-of-memory error was raised, in words.
+func describeSite(s *record.ProbeSite, m *torchprobe.Memory) string {
+	where := s.Pass
+	if s.Module != "" {
+		where += " of " + s.Module
+	}
+	msg := "out of memory in the " + where + " (" + string(s.Phase)
+	if s.Phase == "" {
+		msg += "no phase"
+	}
+	msg += ", step " + strconv.FormatInt(s.Step, 10)
+	if s.Shapes != "" && s.Shapes != "[]" {
+		msg += ", inputs " + s.Shapes
+	}
+	if s.Rank != nil {
+		msg += ", rank " + strconv.Itoa(*s.Rank)
+	}
+	msg += ")"
+	if m != nil && m.CUDAReserved > 0 {
+		msg += "; CUDA allocated " + humanize.Bytes(uint64(m.CUDAAllocated)) + ", reserved " + humanize.Bytes(uint64(m.CUDAReserved))
+	}
+	return msg
+}
