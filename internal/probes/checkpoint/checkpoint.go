@@ -47,7 +47,7 @@ const (
 	// DefaultQuiet is Spec.Quiet when the spec leaves it 0.
 	DefaultQuiet = 10 * time.Second
 	// DefaultPoll is Spec.Poll when the spec leaves it 0.
-	DefaultPoll = 30 * time.Second
+	DefaultPoll = 10 * time.Second
 
 	// ckptMaxTreeEntries bounds the walk of one directory checkpoint.
 	ckptMaxTreeEntries = 100000
