@@ -32,7 +32,8 @@ var (
 	hostColor   = color.RGBA{40, 40, 40, 255}
 	cgroupColor = color.RGBA{255, 127, 14, 255}
 	ramColor    = color.RGBA{160, 160, 160, 255}
-	valColor    = color.NRGBA{255, 165, 0, 60} // translucent: lines stay visible
+	valColor    = color.NRGBA{255, 165, 0, 60}   // translucent: lines stay visible
+	waitColor   = color.NRGBA{128, 128, 128, 50} // the time between two attempts
 	oomColor    = color.RGBA{214, 39, 40, 255}
 	startColor  = color.RGBA{90, 90, 90, 255}
 )
@@ -375,6 +376,29 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		}
 	}
 
+	// The waits between attempts (checkpoint, GPU memory, backoff), grey,
+	// under the lines too.
+	waitSeen := false
+	for i := 1; i < len(run.Attempts); i++ {
+		prev, a := run.Attempts[i-1], run.Attempts[i]
+		if prev.End == nil || a.Start == nil || run.origin.IsZero() || !a.Start.After(*prev.End) {
+			continue
+		}
+		x0, x1 := x(prev.End.Sub(run.origin).Milliseconds()), x(a.Start.Sub(run.origin).Milliseconds())
+		poly, err := plotter.NewPolygon(plotter.XYs{{X: x0, Y: 0}, {X: x1, Y: 0}, {X: x1, Y: ymax}, {X: x0, Y: ymax}})
+		if err != nil {
+			return nil, err
+		}
+		poly.Color = waitColor
+		poly.LineStyle.Width = 0
+		poly.LineStyle.Color = nil
+		p.Add(poly)
+		if !waitSeen {
+			p.Legend.Add("waiting to relaunch", poly)
+			waitSeen = true
+		}
+	}
+
 	for _, l := range limits {
 		name := "GPU capacity"
 		switch l.dev {
@@ -493,6 +517,10 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			if a.ExitCode != nil {
 				name += fmt.Sprintf("(exit %d) ", *a.ExitCode)
 			}
+			if what := changedFor(run, a.N); what != "" {
+				// What the attempt was relaunched with, beside its name.
+				name += "with " + what + " "
+			}
 			label(x0, 0.955, name, false)
 
 			oomAt := time.Time{}
@@ -599,4 +627,25 @@ func deviceLabel(d string) string {
 		return "machine RAM in use"
 	}
 	return d
+}
+
+// changedFor says what the decision before attempt n changed ("val_crop_size
+// unset→512"), cut to fit over a short attempt; "" for the first attempt or
+// when the journal has no such decision.
+func changedFor(run *Run, n int) string {
+	for _, a := range run.Attempts {
+		if a.N != n-1 || a.Decision == nil || len(a.Decision.Changes) == 0 {
+			continue
+		}
+		var parts []string
+		for _, c := range a.Decision.Changes {
+			parts = append(parts, fmt.Sprintf("%s %v→%v", c.Name, c.Old, c.New))
+		}
+		s := strings.Join(parts, ", ")
+		if r := []rune(s); len(r) > 48 {
+			s = string(r[:47]) + "…"
+		}
+		return s
+	}
+	return ""
 }

@@ -133,6 +133,11 @@ func TestReportPlotPNGAndSVG(t *testing.T) {
 	if n := countColor(img, func(r, g, b uint8) bool { return r > 250 && g > 225 && g < 248 && b > 180 && b < 215 }); n < 10000 {
 		t.Errorf("%d shaded pixels: validation shading missing", n)
 	}
+	// The waits between attempts: grey over white. The grid and the text
+	// hold about 3,400 such pixels; the fixture's two waits add about 1,450.
+	if n := countColor(img, func(r, g, b uint8) bool { return r == g && g == b && r > 220 && r < 235 }); n < 4100 {
+		t.Errorf("%d grey pixels: the waits between attempts are not shown", n)
+	}
 
 	svgPath := filepath.Join(dir, "mem.SVG")
 	if code, _, errs := runReport(t, Options{RunDir: "testdata/run-oom", Plot: svgPath}); code != 0 {
