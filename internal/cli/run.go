@@ -22,7 +22,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 		Description: "Starts COMMAND with allocator settings, shows its output live, keeps a log in the\n" +
 			"run directory, and when it dies of out-of-memory applies the policy and relaunches it\n" +
 			"from its last checkpoint. Exit status: the command's own, or 128+N when it died of\n" +
-			"signal N; gpuguard's own failures: 64 usage, 73 run directory, 78 policy,\n" +
+			"signal N; gpuguard's own failures: 64 usage, 70 internal error, 73 run directory, 78 policy,\n" +
 			"126 not executable, 127 not found.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pty", Value: "auto", Usage: "run the command under a pseudo-terminal: auto (when stdout is a terminal), always, never"},
