@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs, when missing, the Debian packages the real-program tests use:
 # python3-torch (real PyTorch on the CPU) and python3-yaml (the job's config)
-# for the end-to-end recovery tests.
+# for the end-to-end recovery tests, zsh and fish for the completion tests.
 # Needs root; does nothing for packages already installed.
 set -euo pipefail
 need=()
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 /usr/bin/python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
+# The shells whose completion scripts `gpuguard completion` writes.
+command -v zsh >/dev/null || need+=(zsh)
+command -v fish >/dev/null || need+=(fish)
 if [ ${#need[@]} -eq 0 ]; then echo "test dependencies present"; exit 0; fi
 echo "installing: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
