@@ -41,6 +41,7 @@ type Policy struct {
 	ckptPass    pass
 	slurm       Slurm
 	notify      Notify
+	hang        *Hang // nil: no hang: section, no stall watchdog
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.
