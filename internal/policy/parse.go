@@ -223,7 +223,7 @@ func (w *walker) fraction(n *yaml.Node, what string) float64 {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
-var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "hang"}
+var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "hang", "exit_codes"}
 
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
@@ -296,6 +296,9 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["hang"]; ok {
 		p.hang = w.hangSpec(f.val)
+	}
+	if f, ok := byName["exit_codes"]; ok {
+		p.exitCodes = w.exitCodesSpec(f.val)
 	}
 	w.crossCheck(p)
 	return p

@@ -41,7 +41,8 @@ type Policy struct {
 	ckptPass    pass
 	slurm       Slurm
 	notify      Notify
-	hang        *Hang // nil: no hang: section, no stall watchdog
+	hang        *Hang  // nil: no hang: section, no stall watchdog
+	exitCodes   string // exit_codes: "", "job" or "scheduler"
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.
