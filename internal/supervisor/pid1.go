@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // gpuguard as PID 1 (a container's entrypoint). PID 1 has duties no other
@@ -58,7 +60,25 @@ func initMain(grace time.Duration) int {
 	cmd.Args[0] = os.Args[0]
 	cmd.Env = append(os.Environ(), pid1ChildEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
+	// A process group of its own, in the terminal's foreground when there
+	// is one (docker run -it): a Ctrl-C then reaches gpuguard proper once,
+	// from the terminal, and not a second time forwarded by the init (a
+	// second SIGINT kills the job).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
+		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
+	}
+	err := cmd.Start()
+	if err != nil && cmd.SysProcAttr.Foreground {
+		// stdin is a terminal but not this session's controlling one.
+		cmd = exec.Command(cmd.Path, cmd.Args[1:]...)
+		cmd.Args[0] = os.Args[0]
+		cmd.Env = append(os.Environ(), pid1ChildEnv+"=1")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		err = cmd.Start()
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpuguard: as PID 1, cannot start gpuguard proper: %v\n", err)
 		return exitSoftware
 	}
