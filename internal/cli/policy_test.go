@@ -55,7 +55,7 @@ func TestCheckErrors(t *testing.T) {
 	if r.code != 78 {
 		t.Errorf("exit %d, want 78", r.code)
 	}
-	want := bad + `:6:18: rule r: when: unknown failure kind "cuda_oom" (did you mean "gpu_oom"?); kinds: gpu_oom, cpu_alloc_oom, host_oom, crash` + "\n" +
+	want := bad + `:6:18: rule r: when: unknown failure kind "cuda_oom" (did you mean "gpu_oom"?); kinds: gpu_oom, cpu_alloc_oom, host_oom, crash, hang` + "\n" +
 		bad + `:7:21: rule r step 1: halve: unknown knob "bz" (did you mean "bs"?); knobs: bs` + "\n"
 	if r.stderr != want || r.stdout != "" {
 		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)

@@ -35,6 +35,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time the job gets to exit after a stop signal before it is killed"},
 			&cli.StringFlag{Name: "notify", Usage: "POST a JSON document to `URL` at the run's start, each relaunch, give-up and the run's end (docs/notify.md)", EnvVars: []string{"GPUGUARD_NOTIFY"}},
 			&cli.StringFlag{Name: "notify-command", Usage: "run `CMD` (sh -c) with the same JSON on stdin, for mail, chat or a pager", EnvVars: []string{"GPUGUARD_NOTIFY_COMMAND"}},
+			&cli.StringFlag{Name: "exit-codes", Usage: "`MODE` job: exit with the job's status; scheduler: after giving up, 75 when a retry may help, 79 when it cannot (README); default: the policy's exit_codes, else job", EnvVars: []string{"GPUGUARD_EXIT_CODES"}},
 			&cli.StringFlag{Name: "metrics-file", Usage: "also keep the run's Prometheus metrics in `PATH` (for node_exporter's textfile collector)", EnvVars: []string{"GPUGUARD_METRICS_FILE"}},
 		},
 		Action: func(c *cli.Context) error {
@@ -43,6 +44,9 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			}
 			if pr := c.String("probe"); pr != "" && pr != "torch" {
 				return usageError("unknown probe %q (there is one: torch)", pr)
+			}
+			if err := supervisor.CheckExitCodes(c.String("exit-codes")); err != nil {
+				return err
 			}
 			return runF(supervisor.Config{
 				Argv:      c.Args().Slice(),
@@ -61,6 +65,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				Notify:        c.String("notify"),
 				NotifyCommand: c.String("notify-command"),
 				MetricsFile:   c.String("metrics-file"),
+				ExitCodes:     c.String("exit-codes"),
 			})
 		},
 	}

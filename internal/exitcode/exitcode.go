@@ -26,6 +26,13 @@ const (
 	Config      = 78  // the policy file is invalid, or a knob it needs has no value (EX_CONFIG)
 	NotRunnable = 126 // the command exists but cannot be executed
 	NotFound    = 127 // the command was not found
+
+	// With --exit-codes scheduler (or the policy's exit_codes: scheduler),
+	// a run that gave up says whether a scheduler's retry is worth it. 75 is
+	// sysexits' EX_TEMPFAIL ("retry later"), which gpuguard uses for nothing
+	// else; 79 is past the sysexits range.
+	RetryMayHelp    = 75 // gave up, a retry may help: relaunch budget spent, hang, node trouble
+	RetryCannotHelp = 79 // gave up, a retry cannot help: memory rules exhausted, a crash not retried
 )
 
 // Error is a failure of gpuguard itself (not of the job) that maps to one of

@@ -223,7 +223,7 @@ func (w *walker) fraction(n *yaml.Node, what string) float64 {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
-var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "memo"}
+var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "hang", "exit_codes", "memo"}
 
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
@@ -296,6 +296,12 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["notify"]; ok {
 		w.notifySpec(f.val, &p.notify)
+	}
+	if f, ok := byName["hang"]; ok {
+		p.hang = w.hangSpec(f.val)
+	}
+	if f, ok := byName["exit_codes"]; ok {
+		p.exitCodes = w.exitCodesSpec(f.val)
 	}
 	w.crossCheck(p)
 	return p
@@ -469,7 +475,7 @@ func envVars(rules []*rule) []string {
 	return out
 }
 
-var kindNames = []string{string(classify.KindGPUOOM), string(classify.KindCPUAllocOOM), string(classify.KindHostOOM), string(classify.KindCrash)}
+var kindNames = []string{string(classify.KindGPUOOM), string(classify.KindCPUAllocOOM), string(classify.KindHostOOM), string(classify.KindCrash), string(classify.KindHang)}
 
 // kindAliases are names people use for the failure kinds.
 var kindAliases = map[string]string{

@@ -42,6 +42,8 @@ type Policy struct {
 	slurm       Slurm
 	notify      Notify
 	memo        bool
+	hang        *Hang  // nil: no hang: section, no stall watchdog
+	exitCodes   string // exit_codes: "", "job" or "scheduler"
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

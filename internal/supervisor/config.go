@@ -21,6 +21,7 @@ type Config struct {
 	Notify        string // POST the run's notifications to this URL (notify package)
 	NotifyCommand string // run `sh -c` this with each notification on stdin
 	MetricsFile   string // also write metrics.prom here (node_exporter's textfile collector)
+	ExitCodes     string // "", "job" or "scheduler": see exitcodes.go; "" defers to the policy's exit_codes
 
 	Stdin  *os.File
 	Stdout *os.File

@@ -70,6 +70,8 @@ type loop struct {
 	after func(time.Duration) <-chan time.Time
 	// getpid is os.Getpid, for the plan's GPUGUARD_PID.
 	getpid func() int
+	// gaveUp: why the run gave up, for --exit-codes scheduler (exitcodes.go).
+	gaveUp giveUp
 }
 
 // newLoop returns the loop of one `gpuguard run` started at origin in wd,
@@ -231,6 +233,9 @@ func (l *loop) attempts() int {
 			if isMemory(v.Kind) && !terminated {
 				l.job.Status.Printf("%s; no policy file, so not relaunching (write one with: gpuguard policy init -- %s)", describeFailure(n, v), quoteArgv(l.cfg.Argv))
 			}
+			if !terminated {
+				l.noteGiveUp(v, nil)
+			}
 			return l.end(res.Code)
 		}
 
@@ -266,6 +271,7 @@ func (l *loop) attempts() int {
 			return l.end(res.Code)
 		case d.Verb != policy.Relaunch:
 			l.job.Status.Printf("%s → giving up: %s", describeFailure(n, v), d.Reason)
+			l.noteGiveUp(v, &d)
 			return l.end(res.Code)
 		}
 		line := fmt.Sprintf("%s → %s", describeFailure(n, v), d.Describe())
@@ -364,6 +370,7 @@ func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 
 // end records the run's end and prints the summary table of attempts.
 func (l *loop) end(code int) int {
+	code = l.exitStatus(code) // --exit-codes scheduler (exitcodes.go)
 	l.state.Done, l.state.ExitCode = true, code
 	if code == 0 {
 		l.saveMemo()

@@ -75,10 +75,14 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	// The stream of the line being scanned, journalled with each phase and
 	// failure. Set and read on the scanner goroutine only.
 	stream := "stdout"
+	stall := l.newStall() // nil without a hang: section (hang.go)
 	cls, err := classify.NewClassifier(classify.ClassifierOptions{
 		PhasePatterns: patterns,
 		AllocConf:     allocConf(env),
 		OnEvent: func(ev classify.Event) {
+			if stall != nil {
+				stall.event(ev)
+			}
 			switch ev.Type {
 			case classify.EventStep:
 				if ev.Epoch >= 0 {
@@ -139,6 +143,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 		default:
 			stream = "stdout"
 		}
+		if stall != nil {
+			stall.line(ln)
+		}
 		cls.Line(ln)
 	}
 	var sampled sync.WaitGroup
@@ -152,6 +159,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			// After an out-of-memory line the job gets oom_grace to exit by
 			// itself (oomgrace.go).
 			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)
+			if stall != nil {
+				go l.watchStall(n, a, stall) // hang.go
+			}
 		},
 		Ended: func(r attemptResult, end *record.AttemptEnd) {
 			cancel()
@@ -164,6 +174,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			}
 			cls.Exit(exit)
 			verdict = cls.Verdict()
+			stall.mark(&verdict) // a hang the watchdog stopped (hang.go)
 			summary := sampler.Summary()
 			rd.Write(record.Memory{Attempt: n, Summary: summary})
 			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)

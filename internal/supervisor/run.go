@@ -25,6 +25,11 @@ func Run(cfg Config) int {
 	if IsWatchdogInvocation(cfg.Argv) {
 		return watchdogMain()
 	}
+	// As PID 1 (a container's entrypoint), a small init runs gpuguard
+	// proper as its child: see pid1.go.
+	if code, ok := runAsInit(cfg.Grace); ok {
+		return code
+	}
 	return runLoop(cfg)
 }
 

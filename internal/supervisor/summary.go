@@ -29,6 +29,8 @@ func describeFailure(n int, v classify.Verdict) string {
 		if v.Reason != "" {
 			what += " (" + v.Reason + ")"
 		}
+	case classify.KindHang:
+		what = "a hang (no progress within its rhythm: stopped)"
 	default:
 		what = "an unrecognised failure"
 	}

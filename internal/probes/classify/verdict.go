@@ -18,6 +18,7 @@ const (
 	KindCPUAllocOOM Kind = "cpu_alloc_oom" // PyTorch's CPU allocator could not allocate
 	KindHostOOM     Kind = "host_oom"      // the kernel or a cgroup killed something for host memory
 	KindCrash       Kind = "crash"         // a failure that is not memory
+	KindHang        Kind = "hang"          // no progress for longer than the job's rhythm allows: the supervisor stopped it (never from output alone)
 )
 
 // Phase is the part of training a line belongs to.

@@ -17,7 +17,7 @@ type Event interface {
 var Types = []Event{
 	RunStart{}, RunEnd{}, Policy{}, Signal{}, Slurm{}, RequeueSignal{}, Requeue{},
 	AttemptStart{}, AttemptStartFailed{}, AttemptEnd{}, Error{},
-	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{},
+	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{}, Hang{},
 }
 
 // RunStart is the first event of a run (and of each --resume-run or Slurm

@@ -1,0 +1,282 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
+)
+
+// The stall watchdog (policy key hang). A job is hung when it prints no
+// training step for longer than its own rhythm allows: the usual interval
+// between its steps in the phase it is in (the median of the last
+// stallWindow intervals), times hang.factor, held within hang.min and
+// hang.max. Where it has no rhythm (start-up before its second step, a
+// phase whose steps are not yet known, validation without steps, a
+// checkpoint being saved) hang.max applies: those stretches have no steps to
+// measure them by. On a hang the attempt is stopped (its Stop: the whole
+// tree), the evidence is journalled, and the verdict's kind becomes hang, so
+// the policy's rules decide as for any failure.
+
+// stallWindow is how many recent intervals per phase the usual interval is
+// the median of: enough to ride over one slow step (a checkpoint save, a
+// log flush), few enough to follow a job whose steps slow down.
+const stallWindow = 16
+
+// stallBurst: steps arriving closer together than this came in one write
+// (a block-buffered stdout flushing many steps at once). They are one
+// arrival: their near-zero intervals would make the rhythm look much faster
+// than it is.
+const stallBurst = 20 * time.Millisecond
+
+// savingRE: a line saying that a checkpoint is being saved. Until the next
+// step the job is saving, which has no steps: hang.max applies.
+var savingRE = regexp.MustCompile(`(?i)\b(sav(e|es|ing)|writ(e|es|ing)|serializ(e|es|ing))\b.*\b(checkpoint|ckpt|model|state[_ ]dict|weights)\b|\b(checkpoint|ckpt)\b.*\bsav(e|es|ing)\b`)
+
+// stallWatch follows one attempt's rhythm. The scanner goroutine feeds it
+// (line, step, phase); the watchdog goroutine reads it. Safe for concurrent
+// use.
+type stallWatch struct {
+	h   policy.Hang
+	now func() time.Time
+
+	mu        sync.Mutex
+	phase     classify.Phase
+	saving    bool
+	last      time.Time // the last progress: a step, a phase change, the start
+	prevStep  time.Time // the last step in this phase (zero: none yet)
+	intervals map[classify.Phase][]time.Duration
+	lineText  string // the line being scanned
+	step      *int64
+	stepLine  int
+	stepText  string
+
+	kick chan struct{} // progress was made: the deadline moved
+	hung atomic.Bool
+}
+
+func newStallWatch(h policy.Hang, now func() time.Time) *stallWatch {
+	return &stallWatch{h: h, now: now, last: now(), intervals: map[classify.Phase][]time.Duration{}, kick: make(chan struct{}, 1)}
+}
+
+func (w *stallWatch) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// line is called for each line before the classifier sees it.
+func (w *stallWatch) line(ln lines.Line) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lineText = string(ln.Text)
+	if !w.saving && savingRE.Match(ln.Text) {
+		w.saving = true
+		w.poke()
+	}
+}
+
+// event is called with each classifier event.
+func (w *stallWatch) event(ev classify.Event) {
+	switch ev.Type {
+	case classify.EventStep, classify.EventPhase:
+	default:
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.now()
+	w.last, w.saving = t, false
+	if ev.Type == classify.EventPhase {
+		// An interval across a phase change measures the other phase.
+		w.phase, w.prevStep = ev.Phase, time.Time{}
+		w.poke()
+		return
+	}
+	if !w.prevStep.IsZero() {
+		if d := t.Sub(w.prevStep); d >= stallBurst {
+			iv := append(w.intervals[w.phase], d)
+			if len(iv) > stallWindow {
+				iv = iv[len(iv)-stallWindow:]
+			}
+			w.intervals[w.phase] = iv
+		} else {
+			// One burst: the arrival is the burst's first step.
+			t = w.prevStep
+		}
+	}
+	w.prevStep = t
+	if ev.Step >= 0 {
+		s := ev.Step
+		w.step = &s
+	}
+	w.stepLine, w.stepText = ev.Line, w.lineText
+	w.poke()
+}
+
+// usual is the phase's usual interval between steps (0: none known).
+// Called with w.mu held.
+func (w *stallWatch) usual() time.Duration {
+	if w.saving {
+		return 0
+	}
+	iv := w.intervals[w.phase]
+	if len(iv) < 2 {
+		return 0
+	}
+	s := slices.Clone(iv)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// deadline is when the job counts as hung if it makes no progress before.
+func (w *stallWatch) deadline() (at time.Time, limit, usual time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	usual = w.usual()
+	limit = w.h.Limit(usual)
+	return w.last.Add(limit), limit, usual
+}
+
+// evidence is the journal's record of the stall, at now.
+func (w *stallWatch) evidence(attempt int) record.Hang {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	usual := w.usual()
+	return record.Hang{
+		Attempt: attempt, Phase: w.phase, SinceS: w.now().Sub(w.last).Seconds(),
+		LimitS: w.h.Limit(usual).Seconds(), UsualS: usual.Seconds(),
+		Step: w.step, StepLine: w.stepLine, StepText: w.stepText,
+	}
+}
+
+// mark makes a stopped attempt's verdict a hang. A failure the classifier
+// recognised as memory stands: the job printed why it stopped progressing.
+func (w *stallWatch) mark(v *classify.Verdict) {
+	if w == nil || !w.hung.Load() || isMemory(v.Kind) {
+		return
+	}
+	v.Kind = classify.KindHang
+	v.Reason = "no progress within the job's rhythm (hang:)"
+}
+
+// stallAttempt is what the watchdog asks of a running attempt.
+type stallAttempt interface {
+	Done() <-chan struct{}
+	Stop(reason string)
+	PID() int
+}
+
+// watchStall stops attempt n when w says it is hung. It returns when the
+// attempt ends or has been stopped.
+func (l *loop) watchStall(n int, a stallAttempt, w *stallWatch) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		at, _, _ := w.deadline()
+		wait := at.Sub(w.now())
+		if wait <= 0 {
+			break
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-w.kick:
+		case <-a.Done():
+			return
+		}
+	}
+	select {
+	case <-a.Done():
+		return // it ended as the limit passed: not a hang
+	default:
+	}
+	ev := w.evidence(n)
+	last := "no training step"
+	if ev.Step != nil {
+		last = fmt.Sprintf("no training step since step %d (line %d)", *ev.Step, ev.StepLine)
+	} else if ev.StepLine > 0 {
+		last = fmt.Sprintf("no training step since line %d", ev.StepLine)
+	}
+	rhythm := "no step rhythm known here, so hang max"
+	if ev.UsualS > 0 {
+		rhythm = "usual interval " + fmtSeconds(ev.UsualS)
+	}
+	l.job.Status.Printf("the job looks hung: %s for %s in %s (%s: limit %s): stopping it",
+		last, fmtSeconds(ev.SinceS), stallPhase(ev.Phase), rhythm, fmtSeconds(ev.LimitS))
+	ev.Stacks, ev.StacksError = pyspyDump(a.PID())
+	w.hung.Store(true)
+	l.job.RunDir.Write(ev)
+	a.Stop(fmt.Sprintf("hung: %s for %s (limit %s)", last, fmtSeconds(ev.SinceS), fmtSeconds(ev.LimitS)))
+}
+
+// pyspyDump returns `py-spy dump --pid pid` (the Python stacks of the
+// job's main process) when py-spy is on PATH, or why there is none. It is
+// evidence only: it never delays the stop by more than pyspyTimeout.
+func pyspyDump(pid int) (stacks, errText string) {
+	bin, err := exec.LookPath("py-spy")
+	if err != nil {
+		return "", ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pyspyTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	text := out.String()
+	if len(text) > pyspyMax {
+		text = text[:pyspyMax] + "\n[truncated]"
+	}
+	if err != nil {
+		return "", fmt.Sprintf("py-spy dump --pid %d: %v: %s", pid, err, text)
+	}
+	return text, ""
+}
+
+const (
+	pyspyTimeout = 20 * time.Second
+	pyspyMax     = 256 << 10
+)
+
+// stallPhase names a phase in the watchdog's message.
+func stallPhase(p classify.Phase) string {
+	switch p {
+	case classify.PhaseTrain:
+		return "training"
+	case classify.PhaseVal:
+		return "validation"
+	case classify.PhaseNone:
+		return "start-up (no phase seen)"
+	}
+	return string(p)
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
+
+// newStall is attempt's stall watchdog, or nil when the policy has no hang:
+// section.
+func (l *loop) newStall() *stallWatch {
+	if l.pol == nil {
+		return nil
+	}
+	h, ok := l.pol.Hang()
+	if !ok {
+		return nil
+	}
+	return newStallWatch(h, time.Now)
+}
