@@ -23,7 +23,8 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			"run directory, and when it dies of out-of-memory applies the policy and relaunches it\n" +
 			"from its last checkpoint. Exit status: the command's own, or 128+N when it died of\n" +
 			"signal N; gpuguard's own failures: 64 usage, 70 internal error, 73 run directory, 78 policy,\n" +
-			"126 not executable, 127 not found.",
+			"126 not executable, 127 not found. With --exit-codes scheduler, a run that gives up\n" +
+			"exits 75 when a retry may help and 79 when it cannot.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pty", Value: "auto", Usage: "run the command under a pseudo-terminal: auto (when stdout is a terminal), always, never"},
 			&cli.StringFlag{Name: "run-dir", Usage: "keep this run's log, events and state in `DIR` (default .gpuguard/runs/<time-id>)", EnvVars: []string{"GPUGUARD_RUN_DIR"}},
