@@ -99,6 +99,9 @@ type result struct {
 	File    string
 	Attempt int
 	Verdict classify.Verdict
+	// Site is where the torch probe (gpuguard run --probe torch) saw the
+	// attempt's out-of-memory error raised; nil without the probe.
+	Site *record.ProbeSite
 }
 
 // explainPath explains a log file, or a gpuguard run directory (or the
@@ -138,6 +141,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 type attemptSpan struct {
 	attempt int
 	offset  int64
+	site    *record.ProbeSite // from its attempt_end
 }
 
 // runAttempts reads the attempts' output offsets from dir's events.jsonl. It
@@ -161,16 +165,23 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 		return nil, fmt.Errorf("cannot read the run's journal %s: %w", filepath.Join(dir, record.Events), err)
 	}
 	var spans []attemptSpan
+	sites := map[int]*record.ProbeSite{}
 	for _, e := range entries {
 		ev, _ := e.Event()
-		start, ok := ev.(record.AttemptStart)
-		if !ok {
-			continue
+		switch ev := ev.(type) {
+		case record.AttemptStart:
+			if ev.LogOffset == nil {
+				return nil, nil // written by a gpuguard that did not record offsets
+			}
+			spans = append(spans, attemptSpan{attempt: ev.Attempt, offset: *ev.LogOffset})
+		case record.AttemptEnd:
+			if ev.Site != nil {
+				sites[ev.Attempt] = ev.Site
+			}
 		}
-		if start.LogOffset == nil {
-			return nil, nil // written by a gpuguard that did not record offsets
-		}
-		spans = append(spans, attemptSpan{attempt: start.Attempt, offset: *start.LogOffset})
+	}
+	for i := range spans {
+		spans[i].site = sites[spans[i].attempt]
 	}
 	return spans, nil
 }
@@ -195,7 +206,7 @@ func explainRun(dir string, spans []attemptSpan) ([]result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
 		}
-		out = append(out, result{File: logPath, Attempt: s.attempt, Verdict: v})
+		out = append(out, result{File: logPath, Attempt: s.attempt, Verdict: v, Site: s.site})
 	}
 	return out, nil
 }
@@ -299,11 +310,14 @@ type jsonVerdict struct {
 	Phase       *classify.Phase      `json:"phase"`
 	Phases      []classify.PhaseMark `json:"phases"`
 	Suggestions []string             `json:"suggestions"`
+	// Site: where the torch probe saw the OOM raised (run directories of
+	// runs with --probe torch only).
+	Site *record.ProbeSite `json:"site,omitempty"`
 }
 
 func writeJSON(w io.Writer, r result) error {
 	v := r.Verdict
-	j := jsonVerdict{File: r.File, Attempt: r.Attempt, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions}
+	j := jsonVerdict{File: r.File, Attempt: r.Attempt, Verdict: v, Phases: v.Phases, Suggestions: v.Suggestions, Site: r.Site}
 	if v.Phase != classify.PhaseNone {
 		p := v.Phase
 		j.Phase = &p
@@ -361,6 +375,7 @@ func writeText(w *bufio.Writer, r result) error {
 		field("cause", v.Reason)
 	}
 	field("where", whereText(v))
+	field("site", r.Site.Describe())
 	if v.Text != "" {
 		field("line", clip(v.Text, 240))
 	}

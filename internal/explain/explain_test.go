@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -310,5 +312,33 @@ func TestNotALog(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "bin.gz"), gz.Bytes(), 0o644)
 	if code, _, errs := run(t, "", false, filepath.Join(dir, "bin.gz")); code != exitcode.DataErr || !strings.Contains(errs, "executable") {
 		t.Errorf("gzip binary: %d %q", code, errs)
+	}
+}
+
+// A run made with --probe torch has the OOM's place in its attempt_end:
+// explain shows it, in the text and as "site" in the JSON.
+func TestRunDirShowsTheProbesSite(t *testing.T) {
+	dir := t.TempDir()
+	log := "step 1 loss 2.0\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n"
+	if err := os.WriteFile(filepath.Join(dir, record.OutputLog), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero, rank := int64(0), 1
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	var ev []byte
+	ev = append(ev, record.Marshal(t0, record.AttemptStart{Attempt: 1, LogOffset: &zero})...)
+	ev = append(ev, record.Marshal(t0.Add(time.Minute), record.AttemptEnd{Attempt: 1, Site: &record.ProbeSite{
+		Module: "Net.decoder.layers.11.attn", Pass: "forward", Phase: "val", Step: 1000, Shapes: "[[8,512,1024]]", Rank: &rank}})...)
+	if err := os.WriteFile(filepath.Join(dir, record.Events), ev, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "forward of Net.decoder.layers.11.attn (val, step 1000, rank 1, inputs [[8,512,1024]])"
+	code, out, _ := run(t, "", false, dir)
+	if code != 0 || !strings.Contains(out, "  site      "+want) {
+		t.Errorf("exit %d, text:\n%s", code, out)
+	}
+	code, out, _ = run(t, "", true, dir)
+	if code != 0 || !strings.Contains(out, `"site":{"module":"Net.decoder.layers.11.attn","pass":"forward","phase":"val","step":1000`) {
+		t.Errorf("exit %d, JSON:\n%s", code, out)
 	}
 }

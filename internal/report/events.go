@@ -54,7 +54,9 @@ type Attempt struct {
 	Memory     *memory.Summary   `json:"memory,omitempty"`
 	MemoryFrom string            `json:"memory_from,omitempty"` // "events" or "timeline"
 	Decision   *Decision         `json:"decision,omitempty"`
-	Extra      map[string]string `json:"-"`
+	// Site is where the torch probe saw the attempt's OOM raised.
+	Site  *record.ProbeSite `json:"site,omitempty"`
+	Extra map[string]string `json:"-"`
 }
 
 // PhaseMark is a phase event.
@@ -228,6 +230,7 @@ func (f *folder) apply(e record.Entry) error {
 		a.DurationS = present(e, "duration_s", ev.DurationS)
 		a.LastStep = ev.LastStep
 		a.Verdict = ev.Verdict
+		a.Site = ev.Site
 		if a.Checkpoint == "" {
 			a.Checkpoint = ev.Checkpoint
 		}

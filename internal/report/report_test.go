@@ -498,3 +498,22 @@ func TestReportPlotWithoutSamples(t *testing.T) {
 		t.Fatalf("not a PNG: %v", err)
 	}
 }
+
+// The OOM's place the torch probe saw is in the attempt's report.
+func TestReportShowsTheProbesSite(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	zero, code := int64(0), 1
+	var ev []byte
+	ev = append(ev, record.Marshal(t0, record.RunStart{Argv: []string{"python", "train.py"}})...)
+	ev = append(ev, record.Marshal(t0, record.AttemptStart{Attempt: 1, LogOffset: &zero})...)
+	ev = append(ev, record.Marshal(t0.Add(time.Minute), record.AttemptEnd{Attempt: 1, ExitCode: code, Site: &record.ProbeSite{
+		Module: "Net.encoder.0", Pass: "backward", Phase: "train", Step: 3}})...)
+	if err := os.WriteFile(filepath.Join(dir, record.Events), ev, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	status, out, errs := runReport(t, Options{RunDir: dir})
+	if status != 0 || !strings.Contains(out, "  oom site:   backward of Net.encoder.0 (train, step 3)") {
+		t.Errorf("exit %d, stderr %q, report:\n%s", status, errs, out)
+	}
+}

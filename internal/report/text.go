@@ -98,6 +98,9 @@ func writeAttempt(w io.Writer, a *Attempt) {
 	if a.LastStep != nil {
 		p("  last step:  %d", *a.LastStep)
 	}
+	if a.Site != nil {
+		p("  oom site:   %s", a.Site.Describe())
+	}
 	if v := a.Verdict; v != nil {
 		p("  verdict:    %s", verdictText(v))
 		if v.Diagnosis != "" {

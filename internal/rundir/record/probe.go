@@ -1,6 +1,11 @@
 package record
 
-import "github.com/gpuguard/gpuguard/internal/probes/classify"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+)
 
 // Probe kinds: what the torch probe (`gpuguard run --probe torch`,
 // docs/probe.md) reported from inside the job.
@@ -56,3 +61,39 @@ type ProbeSite struct {
 }
 
 func (Probe) EventType() string { return "probe" }
+
+// Describe says where the torch probe saw an out-of-memory error raised:
+// "forward of Net.encoder.0 (train, step 3, inputs [[8,16]]), snapshot
+// PATH"; "" for nil.
+func (s *ProbeSite) Describe() string {
+	if s == nil {
+		return ""
+	}
+	what := s.Pass
+	if what == "" {
+		what = "the job"
+	}
+	if s.Module != "" {
+		what += " of " + s.Module
+	}
+	var parts []string
+	if s.Phase != "" {
+		parts = append(parts, string(s.Phase))
+	}
+	if s.Step > 0 {
+		parts = append(parts, fmt.Sprintf("step %d", s.Step))
+	}
+	if s.Rank != nil {
+		parts = append(parts, fmt.Sprintf("rank %d", *s.Rank))
+	}
+	if s.Shapes != "" {
+		parts = append(parts, "inputs "+s.Shapes)
+	}
+	if len(parts) > 0 {
+		what += " (" + strings.Join(parts, ", ") + ")"
+	}
+	if s.Snapshot != "" {
+		what += "; allocator snapshot " + s.Snapshot
+	}
+	return what
+}
