@@ -46,7 +46,7 @@ func probeRun(t *testing.T, env []string, flags ...string) (result, []record.Eve
 // the attempt's end, with its phase and the input shapes.
 func TestProbeTorchThroughGpuguard(t *testing.T) {
 	needTorch(t)
-	r, evs, runDir := probeRun(t, jobEnv(), "--probe", "torch")
+	r, evs, _ := probeRun(t, jobEnv(), "--probe", "torch")
 	if r.code != 0 || !strings.Contains(r.stderr, "torch probe on") {
 		t.Fatalf("exit %d, want 0 and the probe announced\n%s", r.code, dump(r))
 	}
@@ -60,12 +60,9 @@ func TestProbeTorchThroughGpuguard(t *testing.T) {
 		t.Fatalf("probe phases %q, want %q", phases, want)
 	}
 
-	// The job prints no phase line: a sample in train is the probe's phase
-	// driving the sampler.
-	tl, err := os.ReadFile(filepath.Join(runDir, record.Timeline))
-	if err != nil || !strings.Contains(string(tl), ",1,train,") {
-		t.Fatalf("no sample in train in the timeline (%v):\n%s", err, tl)
-	}
+	// That these phases drive the memory sampler is checked without a
+	// clock in internal/supervisor (TestProbePhaseDrivesTheSampler): here a
+	// train phase shorter than the records' poll (200 ms) may pass unsampled.
 
 	r, evs, _ = probeRun(t, jobEnv("MODE=oom"), "--probe", "torch")
 	var end *record.AttemptEnd

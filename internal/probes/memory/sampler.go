@@ -557,6 +557,17 @@ func (s *Sampler) emit(warns []Warning) {
 // (checking it for a leak trend), starts a new one, switches to the fast
 // rate for FastFor (and for all of validation) and wakes Run at once.
 func (s *Sampler) SetPhase(p classify.Phase, epoch int64) {
+	s.setPhase(p, epoch)
+}
+
+// Phase is the phase the sampler now samples in (SetPhase's last).
+func (s *Sampler) Phase() classify.Phase {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase
+}
+
+func (s *Sampler) setPhase(p classify.Phase, epoch int64) {
 	s.mu.Lock()
 	if epoch < 0 {
 		epoch = s.epoch
