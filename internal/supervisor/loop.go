@@ -306,6 +306,9 @@ func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
 		if d.Verb != policy.Relaunch || len(d.Changes) == 0 || l.changesLaunch(n+1, st.Values, d.State.Values) {
 			return d
 		}
+		if _, ok := d.SlurmMemChange(); ok {
+			return d // the job is requeued with more memory (slurmmem.go)
+		}
 		l.status.Printf("rule %s step %d (%s) would relaunch the job unchanged: trying the rule's next step",
 			d.Rule, d.Step, strings.TrimPrefix(decisionLabel(d), fmt.Sprintf("%s step %d: ", d.Rule, d.Step)))
 		// The step's values are kept: they describe what the job already
@@ -355,11 +358,7 @@ func (l *loop) plan(n int, ckpt, runDir string) (launchPlan, error) {
 func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 	changes := make([]record.Change, 0, len(d.Changes))
 	for _, c := range d.Changes {
-		name := c.Knob
-		if name == "" {
-			name = c.Env
-		}
-		changes = append(changes, record.Change{Name: name, Old: record.Text(c.Old), New: record.Text(c.New)})
+		changes = append(changes, record.Change{Name: c.Name(), Old: record.Text(c.Old), New: record.Text(c.New)})
 	}
 	l.job.RunDir.Write(record.Decision{
 		Attempt: n, Verb: string(d.Verb), Rule: d.Rule, Step: d.Step, Changes: changes,
