@@ -253,9 +253,36 @@ func (l *loop) attempts() int {
 			Peaks:      row.peaks(),
 			Rejections: row.rejections,
 			Terminated: terminated,
+			SlurmMem:   l.slurmMem(),
 			Rand:       rand.Float64(),
 		}
 		d := l.decide(n, out)
+		// Slurm hook (supervisor/slurmmem.go): raise_slurm_mem requeues the
+		// job with a larger memory request; when it cannot, the policy is
+		// asked again with what Slurm said, and the rule goes on.
+		for range 4 {
+			c, ok := d.SlurmMemChange()
+			if !ok || d.Verb != policy.Relaunch || terminated {
+				break
+			}
+			shown := d
+			shown.Backoff = 0 // no wait: the job goes back to Slurm's queue
+			l.job.Status.Printf("%s → %s; requeueing the Slurm job with it", describeFailure(n, v), shown.Describe())
+			ev, why, requeued := l.requeueWithMem(n, d, c)
+			if requeued {
+				row.decision = decisionLabel(d) + ", requeued"
+				l.rows = append(l.rows, row)
+				l.journalDecision(n, d, "")
+				l.job.RunDir.Write(ev)
+				return l.end(res.Code)
+			}
+			l.job.Status.Printf("rule %s step %d (%s) cannot act: %s", d.Rule, d.Step, c, why)
+			l.job.RunDir.Write(ev)
+			mem := *out.SlurmMem
+			mem.Refused = why
+			out.SlurmMem = &mem
+			d = l.decide(n, out)
+		}
 		l.state.Policies = d.State
 		row.decision = decisionLabel(d)
 		l.rows = append(l.rows, row)
