@@ -148,3 +148,19 @@ func SlurmSize(mib int64) string {
 	}
 	return strconv.FormatInt(mib, 10) + "M"
 }
+
+// RaisesSlurmMem reports whether a rule's step may raise the Slurm memory
+// request (raise_slurm_mem): then the supervisor may requeue the job even
+// without a slurm: section.
+func (p *Policy) RaisesSlurmMem() bool {
+	for _, r := range p.rules {
+		for _, s := range r.steps {
+			for _, a := range s.actions {
+				if _, ok := a.(*raiseSlurmMemAction); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

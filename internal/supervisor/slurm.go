@@ -139,6 +139,14 @@ func (l *loop) startSlurm() *slurmRun {
 		line += "; no requeue (no policy)"
 		s.status.Printf("%s", line)
 		return nil
+	case len(names) == 0 && l.pol.RaisesSlurmMem():
+		// slurmmem.go requeues, after a rule's raise_slurm_mem.
+		line += "; no requeue on signals (the policy has no slurm: section); raise_slurm_mem requeues the job with more memory"
+		s.status.Printf("%s", line)
+		if _, err := s.lookScontrol(); err != nil {
+			s.status.Printf("warning: %v", err)
+		}
+		return nil
 	case len(names) == 0:
 		line += "; no requeue (the policy has no slurm: section)"
 		s.status.Printf("%s", line)

@@ -31,7 +31,8 @@ func TestRaiseSlurmMem(t *testing.T) {
 	}{
 		{"per node", "", []string{"SLURM_JOB_ID=42", "SLURM_MEM_PER_NODE=4096"},
 			"requeue 42|update JobId=42 MinMemoryNode=6144", "requeued with more memory",
-			[]string{"rule host step 1: mem 4G→6G; requeueing the Slurm job with it",
+			[]string{"Slurm job 42, restart 0; no requeue on signals (the policy has no slurm: section); raise_slurm_mem requeues the job with more memory",
+				"rule host step 1: mem 4G→6G; requeueing the Slurm job with it",
 				"requeued Slurm job 42 with mem 4G→6G (scontrol update JobId=42 MinMemoryNode=6144): it continues from .gpuguard/runs/slurm-42"}},
 		{"per CPU", "", []string{"SLURM_JOB_ID=42", "SLURM_MEM_PER_CPU=2048"},
 			"requeue 42|update JobId=42 MinMemoryCPU=3072", "requeued with more memory",
