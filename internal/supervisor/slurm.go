@@ -432,6 +432,12 @@ func requeueJob(env []string, id string) requeueResult {
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	r.output = strings.TrimSpace(string(out))
+	return r.classify(id, err, ctx.Err() != nil)
+}
+
+// classify fills in r's result from how `scontrol requeue id` ended: err
+// from running it, timedOut when it did not answer in time.
+func (r requeueResult) classify(id string, err error, timedOut bool) requeueResult {
 	switch {
 	case err == nil:
 		r.result = "requeued"
@@ -442,7 +448,7 @@ func requeueJob(env []string, id string) requeueResult {
 	case strings.Contains(r.output, "presently disabled"):
 		// ESLURM_DISABLED: the job may not be requeued.
 		r.result, r.err = "refused", fmt.Errorf("Slurm refuses to requeue job %s (%s: %s): submit it with #SBATCH --requeue (clusters with JobRequeue=0 make --no-requeue the default); the job ends here", id, r.command, r.output)
-	case ctx.Err() != nil:
+	case timedOut:
 		r.result, r.err = "failed", fmt.Errorf("%s did not answer within %s (is slurmctld reachable?); the job ends here and may not be started again", r.command, scontrolTimeout)
 	default:
 		var ee *exec.ExitError

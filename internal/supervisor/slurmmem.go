@@ -26,6 +26,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -79,7 +80,7 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 		l.state.Policies = before
 		return ev, fmt.Sprintf("gpuguard could not save state.json for the requeued job (%v)", err), false
 	}
-	res := requeueJob(l.pjob.Env, id)
+	res, cmd, out, err := requeueAndRaise(l.pjob.Env, id, c.SlurmField, c.MiB)
 	ev.Command, ev.Result, ev.Output = res.command, res.result, res.output
 	if res.result != "requeued" && res.result != "already" {
 		l.state.Policies = before
@@ -92,8 +93,6 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 		}
 		return ev, fmt.Sprintf("%s: %s", res.command, why), false
 	}
-
-	cmd, out, err := raiseJobMem(l.pjob.Env, id, c.SlurmField, c.MiB)
 	ev.Command += "; " + cmd
 	if out != "" {
 		ev.Output = strings.TrimSpace(ev.Output + "\n" + out)
@@ -110,27 +109,61 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 	return ev, "", true
 }
 
-// raiseJobMem runs `scontrol update JobId=id FIELD=MiB` with SIGTERM, SIGINT
-// and SIGHUP ignored (an ignored signal stays ignored across exec): Slurm
-// signals every process of the job it has just requeued, scontrol included.
-func raiseJobMem(env []string, id, field string, mib int64) (string, string, error) {
-	args := []string{"update", "JobId=" + id, field + "=" + strconv.FormatInt(mib, 10)}
-	command := "scontrol " + strings.Join(args, " ")
+// requeueScript runs `scontrol requeue JOB` ($0 is scontrol, $1 the job)
+// and then, at once and in the same process, `scontrol update JobId=JOB
+// FIELD=MiB` ($2): Slurm signals every process of the job it has just
+// requeued, and under `gpuguard run` without exec it kills the whole batch
+// step as soon as the batch shell dies, so the update must not wait for
+// gpuguard. SIGTERM, SIGINT and SIGHUP are ignored, as an ignored signal
+// stays across exec. A requeue that fails exits 97 with scontrol's message.
+const requeueScript = `trap "" TERM INT HUP
+"$0" requeue "$1" || exit 97
+exec "$0" update "JobId=$1" "$2"`
+
+// requeueAndRaise requeues job id and raises its memory request (field,
+// MinMemoryNode or MinMemoryCPU, to mib MiB). It returns the requeue's
+// result (requeueJob's), and, when the job was requeued, the update's
+// command, output, and error (Slurm refused, or did not answer).
+func requeueAndRaise(env []string, id, field string, mib int64) (requeueResult, string, string, error) {
+	value := field + "=" + strconv.FormatInt(mib, 10)
+	update := "scontrol update JobId=" + id + " " + value
+	r := requeueResult{command: "scontrol requeue " + id}
 	path, err := lookScontrol(env)
 	if err != nil {
-		return command, "", err
+		r.result, r.err = "no scontrol", err
+		return r, update, "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scontrolTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `trap "" TERM INT HUP; exec "$0" "$@"`, path}, args...)...)
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", requeueScript, path, id, value)
 	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	output := strings.TrimSpace(string(out))
+	b, err := cmd.CombinedOutput()
+	output := strings.TrimSpace(string(b))
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 97 {
+		r.output = output
+		r = r.classify(id, err, false)
+		if r.result != "already" {
+			return r, update, "", nil
+		}
+		// Already pending (a requeue came first): raise its request.
+		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", `trap "" TERM INT HUP; exec "$0" update "JobId=$1" "$2"`, path, id, value)
+		cmd.Env = env
+		b, err = cmd.CombinedOutput()
+		output = strings.TrimSpace(string(b))
+	} else if ctx.Err() != nil {
+		// Slurm did not answer: whether the job was requeued is unknown,
+		// and is said so (requeueJob's "did not answer").
+		r.output = output
+		return r.classify(id, err, true), update, "", nil
+	} else {
+		r.result = "requeued"
+	}
 	switch {
 	case ctx.Err() != nil:
-		return command, output, fmt.Errorf("no answer within %s", scontrolTimeout)
+		return r, update, output, fmt.Errorf("no answer within %s", scontrolTimeout)
 	case err != nil && output != "":
-		return command, output, fmt.Errorf("%s", output)
+		return r, update, output, fmt.Errorf("%s", output)
 	}
-	return command, output, err
+	return r, update, output, err
 }
