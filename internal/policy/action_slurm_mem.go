@@ -164,3 +164,14 @@ func (p *Policy) RaisesSlurmMem() bool {
 	}
 	return false
 }
+
+// describeRaises says, for a dry run's preview, what a step's
+// raise_slurm_mem does; "" when the step has none.
+func describeRaises(s step) string {
+	for _, a := range s.actions {
+		if r, ok := a.(*raiseSlurmMemAction); ok {
+			return fmt.Sprintf("raises the Slurm job's memory request (--mem or --mem-per-cpu, as submitted) ×%g, up to %s, and requeues the job; repeats on later failures until max", r.by, SlurmSize(r.maxMiB))
+		}
+	}
+	return ""
+}

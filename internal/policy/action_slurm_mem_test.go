@@ -106,3 +106,12 @@ func TestSlurmSize(t *testing.T) {
 		t.Errorf("SlurmSize: %s %s %s", SlurmSize(6144), SlurmSize(450), SlurmSize(1500))
 	}
 }
+
+// A dry run cannot know the request: the preview says what the step does.
+func TestRaiseSlurmMemPreview(t *testing.T) {
+	p := actionPolicy(t, "raise_slurm_mem: {by: 2, max: 64G}")
+	got := strings.Join(p.Preview(Values{}), "\n")
+	if want := "rule r step 1 [any failure]: raises the Slurm job's memory request (--mem or --mem-per-cpu, as submitted) ×2, up to 64G, and requeues the job; repeats on later failures until max"; got != want {
+		t.Errorf("Preview:\n%s\nwant\n%s", got, want)
+	}
+}
