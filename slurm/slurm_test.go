@@ -963,3 +963,74 @@ exec %s run --policy policy.yaml -- python3 signals.py signals.txt --exit-on USR
 		t.Errorf("%d attempts over both runs, want 2", n)
 	}
 }
+
+// A host OOM whose knob is at its floor: raise_slurm_mem requeues the job
+// with a larger --mem (scontrol requeue, then scontrol update
+// MinMemoryNode=), and the requeued run, with the memory it needs, reads the
+// larger request back and completes. gpuguard is the batch shell (exec):
+// Slurm's SIGTERM after the requeue would end a batch shell waiting for it,
+// and slurmstepd then kills the rest of the batch step at once.
+func TestHostOOMRequeuesWithMoreMemory(t *testing.T) {
+	need(t)
+	if !cl.cgroup {
+		t.Skip("the cluster runs without cgroups (proctrack/linuxproc): --mem is not enforced")
+	}
+	t.Parallel()
+	dir := workDir(t)
+	pol := `version: 1
+knobs:
+  mb: {flag: --mb}
+rules:
+  - name: host-oom
+    when: {kind: host_oom}
+    steps:
+      - {halve: mb, min: 400}
+      - raise_slurm_mem: {by: 2, max: 1G}
+backoff: {initial: 0s, max: 0s, jitter: 0}
+`
+	if err := os.WriteFile(filepath.Join(dir, "more.yaml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
+#SBATCH --mem=300M
+#SBATCH -o job.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+echo "run with SLURM_MEM_PER_NODE=$SLURM_MEM_PER_NODE: $(scontrol show job $SLURM_JOB_ID | grep -o 'MinMemoryNode=[^ ]*')"
+exec %s run --policy more.yaml -- srun python3 alloc.py --mb 400
+`, cl.gg))
+	waitJob(t, id, 2*time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
+	info := waitEnd(t, id, 3*time.Minute)
+	out := readFile(t, filepath.Join(dir, "job.out"))
+	wantState(t, info, "COMPLETED", "0:0")
+	if info["MinMemoryNode"] != "600M" {
+		t.Errorf("MinMemoryNode=%s after the requeue, want 600M", info["MinMemoryNode"])
+	}
+	wantContains(t, "the job's output", out,
+		"run with SLURM_MEM_PER_NODE=300: MinMemoryNode=300M",
+		"rule host-oom step 2: mem 300M→600M; requeueing the Slurm job with it",
+		"requeued Slurm job "+id+" with mem 300M→600M (scontrol update JobId="+id+" MinMemoryNode=600)",
+		"run with SLURM_MEM_PER_NODE=600: MinMemoryNode=600M",
+		"host-oom step 2: mem 300M→600M, requeued",
+		"restart 1",
+		"holding 400 MiB")
+	runDir := filepath.Join(dir, ".gpuguard", "runs", "slurm-"+id)
+	if got := strings.Join(kinds(verdicts(t, runDir)), ","); got != "host_oom,none" {
+		t.Errorf("verdicts %s, want host_oom,none", got)
+	}
+	req := events(t, runDir, "requeue")
+	if len(req) != 1 || req[0]["result"] != "requeued with more memory" {
+		t.Errorf("requeue events %v", req)
+	}
+	var changes []string
+	for _, d := range events(t, runDir, "decision") {
+		cs, _ := d["changes"].([]any)
+		for _, c := range cs {
+			c := c.(map[string]any)
+			changes = append(changes, fmt.Sprint(c["name"], " ", c["old"], "→", c["new"]))
+		}
+	}
+	if strings.Join(changes, ",") != "mem 300M→600M" {
+		t.Errorf("decisions' changes %v, want mem 300M→600M", changes)
+	}
+}

@@ -60,6 +60,7 @@ var actions = []actionDef{
 	{verb: "set_env", parse: parseSetEnv},
 	{verb: "merge_env", parse: parseMergeEnv},
 	{verb: "retry", parse: parseRetry},
+	{verb: "raise_slurm_mem", parse: parseRaiseSlurmMem},
 }
 
 // action is one action of a step, as its actionDef's parse read it.

@@ -42,6 +42,9 @@ type Outcome struct {
 	// at most a few. When one names a knob the last relaunch changed, the
 	// run gives up and says which knob, and where the policy defines it.
 	Rejections []string
+	// SlurmMem is the Slurm job's memory request (nil outside Slurm, or
+	// when the job has none): raise_slurm_mem raises it.
+	SlurmMem *SlurmMem
 	// Rand is a uniform random number in [0,1) for the backoff's jitter.
 	// The supervisor draws it; the policy reads no randomness of its own.
 	Rand float64
@@ -92,9 +95,15 @@ func (st State) clone() State {
 // Change is one setting a decision changes.
 type Change struct {
 	Knob string `json:"knob,omitempty"` // the knob changed, or
-	Env  string `json:"env,omitempty"`  // the environment variable changed by an env action
-	Old  string `json:"old"`            // as shown to people: "unset", the null label, or the text
-	New  string `json:"new"`
+	Env  string `json:"env,omitempty"`  // the environment variable changed by an env action, or
+	// Slurm is the Slurm job's option raise_slurm_mem changes (mem,
+	// mem-per-cpu), SlurmField its `scontrol update` field (MinMemoryNode,
+	// MinMemoryCPU) and MiB the new request: the job is requeued with it.
+	Slurm      string `json:"slurm,omitempty"`
+	SlurmField string `json:"slurm_field,omitempty"`
+	MiB        int64  `json:"mib,omitempty"`
+	Old        string `json:"old"` // as shown to people: "unset", the null label, or the text
+	New        string `json:"new"`
 	// Compensation: this change keeps the product with the previous change's
 	// knob (the effective batch size) as it was.
 	Compensation bool   `json:"compensation,omitempty"`
@@ -102,11 +111,19 @@ type Change struct {
 }
 
 func (c Change) String() string {
-	name := c.Knob
-	if name == "" {
-		name = c.Env
+	return c.Name() + " " + c.Old + "→" + c.New
+}
+
+// Name is what the change changes: the knob, the environment variable, or
+// the Slurm option.
+func (c Change) Name() string {
+	switch {
+	case c.Knob != "":
+		return c.Knob
+	case c.Env != "":
+		return c.Env
 	}
-	return name + " " + c.Old + "→" + c.New
+	return c.Slurm
 }
 
 // Decision is what to do after an attempt, and why.

@@ -98,6 +98,7 @@ var actionCases = []struct {
 		Values{EnvKey("PYTORCH_CUDA_ALLOC_CONF"): Text("max_split_size_mb:64, expandable_segments:True")},
 		"cannot: PYTORCH_CUDA_ALLOC_CONF already has expandable_segments:True", nil},
 	{"retry", "{retry: true}", Values{"a": Text("1")}, "relaunch unchanged", Values{"a": Text("1")}},
+	{"raise_slurm_mem outside Slurm", "raise_slurm_mem: {by: 1.5, max: 64G}", Values{"a": Text("1")}, "cannot: not a Slurm job with a memory request (sbatch --mem or --mem-per-cpu)", nil},
 	{"do: several actions, one at its floor", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": null},
 		"crop full→256", Values{"a": Text("1"), "crop": Text("256")}},
 	{"do: all at floors", "do: [{halve: a}, {set: {crop: 256}}]", Values{"a": Text("1"), "crop": Text("256")},

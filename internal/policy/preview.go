@@ -21,6 +21,12 @@ func (p *Policy) Preview(vals Values) []string {
 			head := fmt.Sprintf("rule %s step %d [%s]: ", r.name, i+1, r.when)
 			next, changes, why := p.applyStep(s, cur, nil)
 			if why != "" {
+				if d := describeRaises(s); d != "" {
+					// The request is known only in the job: say what the
+					// step does with it.
+					lines = append(lines, head+d)
+					continue
+				}
 				lines = append(lines, head+"cannot act: "+why)
 				continue
 			}

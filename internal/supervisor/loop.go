@@ -253,9 +253,36 @@ func (l *loop) attempts() int {
 			Peaks:      row.peaks(),
 			Rejections: row.rejections,
 			Terminated: terminated,
+			SlurmMem:   l.slurmMem(),
 			Rand:       rand.Float64(),
 		}
 		d := l.decide(n, out)
+		// Slurm hook (supervisor/slurmmem.go): raise_slurm_mem requeues the
+		// job with a larger memory request; when it cannot, the policy is
+		// asked again with what Slurm said, and the rule goes on.
+		for range 4 {
+			c, ok := d.SlurmMemChange()
+			if !ok || d.Verb != policy.Relaunch || terminated {
+				break
+			}
+			shown := d
+			shown.Backoff = 0 // no wait: the job goes back to Slurm's queue
+			l.job.Status.Printf("%s → %s; requeueing the Slurm job with it", describeFailure(n, v), shown.Describe())
+			ev, why, requeued := l.requeueWithMem(n, d, c)
+			if requeued {
+				row.decision = decisionLabel(d) + ", requeued"
+				l.rows = append(l.rows, row)
+				l.journalDecision(n, d, "")
+				l.job.RunDir.Write(ev)
+				return l.end(res.Code)
+			}
+			l.job.Status.Printf("rule %s step %d (%s) cannot act: %s", d.Rule, d.Step, c, why)
+			l.job.RunDir.Write(ev)
+			mem := *out.SlurmMem
+			mem.Refused = why
+			out.SlurmMem = &mem
+			d = l.decide(n, out)
+		}
 		l.state.Policies = d.State
 		row.decision = decisionLabel(d)
 		l.rows = append(l.rows, row)
@@ -306,6 +333,9 @@ func (l *loop) decide(n int, out policy.Outcome) policy.Decision {
 		if d.Verb != policy.Relaunch || len(d.Changes) == 0 || l.changesLaunch(n+1, st.Values, d.State.Values) {
 			return d
 		}
+		if _, ok := d.SlurmMemChange(); ok {
+			return d // the job is requeued with more memory (slurmmem.go)
+		}
 		l.status.Printf("rule %s step %d (%s) would relaunch the job unchanged: trying the rule's next step",
 			d.Rule, d.Step, strings.TrimPrefix(decisionLabel(d), fmt.Sprintf("%s step %d: ", d.Rule, d.Step)))
 		// The step's values are kept: they describe what the job already
@@ -355,11 +385,7 @@ func (l *loop) plan(n int, ckpt, runDir string) (launchPlan, error) {
 func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 	changes := make([]record.Change, 0, len(d.Changes))
 	for _, c := range d.Changes {
-		name := c.Knob
-		if name == "" {
-			name = c.Env
-		}
-		changes = append(changes, record.Change{Name: name, Old: record.Text(c.Old), New: record.Text(c.New)})
+		changes = append(changes, record.Change{Name: c.Name(), Old: record.Text(c.Old), New: record.Text(c.New)})
 	}
 	l.job.RunDir.Write(record.Decision{
 		Attempt: n, Verb: string(d.Verb), Rule: d.Rule, Step: d.Step, Changes: changes,

@@ -139,6 +139,14 @@ func (l *loop) startSlurm() *slurmRun {
 		line += "; no requeue (no policy)"
 		s.status.Printf("%s", line)
 		return nil
+	case len(names) == 0 && l.pol.RaisesSlurmMem():
+		// slurmmem.go requeues, after a rule's raise_slurm_mem.
+		line += "; no requeue on signals (the policy has no slurm: section); raise_slurm_mem requeues the job with more memory"
+		s.status.Printf("%s", line)
+		if _, err := s.lookScontrol(); err != nil {
+			s.status.Printf("warning: %v", err)
+		}
+		return nil
 	case len(names) == 0:
 		line += "; no requeue (the policy has no slurm: section)"
 		s.status.Printf("%s", line)
@@ -424,6 +432,12 @@ func requeueJob(env []string, id string) requeueResult {
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	r.output = strings.TrimSpace(string(out))
+	return r.classify(id, err, ctx.Err() != nil)
+}
+
+// classify fills in r's result from how `scontrol requeue id` ended: err
+// from running it, timedOut when it did not answer in time.
+func (r requeueResult) classify(id string, err error, timedOut bool) requeueResult {
 	switch {
 	case err == nil:
 		r.result = "requeued"
@@ -434,7 +448,7 @@ func requeueJob(env []string, id string) requeueResult {
 	case strings.Contains(r.output, "presently disabled"):
 		// ESLURM_DISABLED: the job may not be requeued.
 		r.result, r.err = "refused", fmt.Errorf("Slurm refuses to requeue job %s (%s: %s): submit it with #SBATCH --requeue (clusters with JobRequeue=0 make --no-requeue the default); the job ends here", id, r.command, r.output)
-	case ctx.Err() != nil:
+	case timedOut:
 		r.result, r.err = "failed", fmt.Errorf("%s did not answer within %s (is slurmctld reachable?); the job ends here and may not be started again", r.command, scontrolTimeout)
 	default:
 		var ee *exec.ExitError

@@ -39,6 +39,12 @@ type Context struct {
 	// and then they are nil.
 	StartTime *int64 `json:"start_time,omitempty"`
 	EndTime   *int64 `json:"end_time,omitempty"`
+	// MemPerNode and MemPerCPU are SLURM_MEM_PER_NODE and SLURM_MEM_PER_CPU:
+	// the job's memory request in MiB (sbatch --mem or --mem-per-cpu; one
+	// of them, or neither when the job asked for none and the cluster gives
+	// no default).
+	MemPerNode *int64 `json:"mem_per_node,omitempty"`
+	MemPerCPU  *int64 `json:"mem_per_cpu,omitempty"`
 }
 
 // TimeLimit is EndTime − StartTime, or 0 when either is unknown.
@@ -142,6 +148,8 @@ func FromEnv(env []string) Context {
 		GPUs:         get("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
 		StartTime:    num64("SLURM_JOB_START_TIME"),
 		EndTime:      num64("SLURM_JOB_END_TIME"),
+		MemPerNode:   num64("SLURM_MEM_PER_NODE"),
+		MemPerCPU:    num64("SLURM_MEM_PER_CPU"),
 	}
 }
 

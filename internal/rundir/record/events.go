@@ -101,7 +101,8 @@ type Requeue struct {
 	Job          string `json:"job"`
 	RestartCount int    `json:"restart_count"`
 	// Result: requeued, already, refused, no scontrol, failed, not rank 0,
-	// max_requeues.
+	// max_requeues; after raise_slurm_mem (Signal ""), also requeued with
+	// more memory, or requeued, memory not raised.
 	Result  string `json:"result"`
 	Command string `json:"command,omitempty"` // when scontrol was run
 	Output  string `json:"output,omitempty"`
