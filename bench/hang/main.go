@@ -24,13 +24,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuguard/gpuguard/bench/internal/stat"
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
@@ -120,7 +120,7 @@ func bench() int {
 		fmt.Fprintln(os.Stderr, "hang:", err)
 		return 1
 	}
-	fmt.Printf("load average: %s\n", loadavg())
+	fmt.Printf("load average: %s\n", stat.LoadAvg())
 	var delays []time.Duration
 	for r := 0; r < *runs; r++ {
 		dir, err := os.MkdirTemp(base, "run")
@@ -162,32 +162,10 @@ func bench() int {
 		over[i] = d - limit
 	}
 	report("beyond the limit", over)
-	fmt.Printf("load average: %s\n", loadavg())
+	fmt.Printf("load average: %s\n", stat.LoadAvg())
 	return 0
 }
 
 func report(name string, d []time.Duration) {
-	fmt.Printf("%-30s %8d %10s %10s %10s\n", name, len(d), ms(pct(d, 50)), ms(pct(d, 95)), ms(pct(d, 100)))
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
-
-// pct is the p-th percentile (nearest rank).
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (p*len(s) + 99) / 100
-	return s[max(i-1, 0)]
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
+	fmt.Printf("%-30s %8d %10s %10s %10s\n", name, len(d), stat.Ms(stat.Pct(d, 50)), stat.Ms(stat.Pct(d, 95)), stat.Ms(stat.Pct(d, 100)))
 }

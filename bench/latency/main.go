@@ -31,13 +31,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuguard/gpuguard/bench/internal/stat"
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
@@ -220,10 +220,10 @@ func bench() int {
 		}
 		bare = append(bare, l...)
 	}
-	fmt.Printf("load average: %s\n", loadavg())
+	fmt.Printf("load average: %s\n", stat.LoadAvg())
 	fmt.Printf("%-38s %8s %10s %10s %10s\n", "relaunched by", "samples", "median", "p95", "max")
 	report("bare exec loop", bare)
-	bareMedian := pct(bare, 50)
+	bareMedian := stat.Pct(bare, 50)
 
 	for _, c := range []struct {
 		mode  string
@@ -243,9 +243,9 @@ func bench() int {
 			name += ", checkpoints"
 		}
 		report(name, all)
-		fmt.Printf("%-38s median %.1f× the bare loop's; p95 %s against the 200ms target\n", "", float64(pct(all, 50))/float64(bareMedian), verdict(pct(all, 95)))
+		fmt.Printf("%-38s median %.1f× the bare loop's; p95 %s against the 200ms target\n", "", float64(stat.Pct(all, 50))/float64(bareMedian), verdict(stat.Pct(all, 95)))
 	}
-	fmt.Printf("load average: %s\n", loadavg())
+	fmt.Printf("load average: %s\n", stat.LoadAvg())
 	return 0
 }
 
@@ -290,27 +290,5 @@ func verdict(d time.Duration) string {
 }
 
 func report(name string, d []time.Duration) {
-	fmt.Printf("%-38s %8d %10s %10s %10s\n", name, len(d), ms(pct(d, 50)), ms(pct(d, 95)), ms(pct(d, 100)))
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
-
-// pct is the p-th percentile (nearest rank).
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (p*len(s) + 99) / 100
-	return s[max(i-1, 0)]
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
+	fmt.Printf("%-38s %8d %10s %10s %10s\n", name, len(d), stat.Ms(stat.Pct(d, 50)), stat.Ms(stat.Pct(d, 95)), stat.Ms(stat.Pct(d, 100)))
 }
