@@ -172,7 +172,12 @@ func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string,
 		})
 	}
 	if inPlace && !overlapping(splices) {
-		return applySplices(src, splices), moved, nil
+		// A splice that leaves the file unreadable (a value beside a tag
+		// the splice did not see, found by FuzzDeriveConfig: "0: !" became
+		// `0: "" !`) falls back to re-encoding.
+		if out := applySplices(src, splices); validYAML(out) {
+			return out, moved, nil
+		}
 	}
 	// Re-encode from the node tree.
 	if d.more {
@@ -206,6 +211,12 @@ func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string,
 		return nil, 0, fmt.Errorf("the changed config would not be valid YAML (%v); change the key or the value in the policy", err)
 	}
 	return buf.Bytes(), moved, nil
+}
+
+// validYAML reports whether b parses as YAML.
+func validYAML(b []byte) bool {
+	var n yaml.Node
+	return yaml.Unmarshal(b, &n) == nil
 }
 
 // walkStrings calls f for every string scalar that is a value (not a
@@ -263,6 +274,9 @@ func offset(src []byte, lines []int, line, col int) int {
 func scalarSplice(src []byte, lines []int, key, val *yaml.Node, v Value) (splice, bool) {
 	if val.Kind != yaml.ScalarNode || val.Style&(yaml.TaggedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
 		return splice{}, false
+	}
+	if val.Tag != "" && !strings.HasPrefix(val.Tag, "!!") {
+		return splice{}, false // a local tag ("!", "!x") written beside the value
 	}
 	text, ok := renderScalar(v, val.Style)
 	if !ok {
