@@ -175,7 +175,7 @@ func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string,
 		// A splice that leaves the file unreadable (a value beside a tag
 		// the splice did not see, found by FuzzDeriveConfig: "0: !" became
 		// `0: "" !`) falls back to re-encoding.
-		if out := applySplices(src, splices); validYAML(out) {
+		if out := applySplices(src, splices); readsBack(out, edits, relocate) {
 			return out, moved, nil
 		}
 	}
@@ -213,10 +213,30 @@ func deriveConfig(src []byte, edits []configEdit, relocate func(string) (string,
 	return buf.Bytes(), moved, nil
 }
 
-// validYAML reports whether b parses as YAML.
-func validYAML(b []byte) bool {
-	var n yaml.Node
-	return yaml.Unmarshal(b, &n) == nil
+// readsBack reports whether b parses as YAML and every edit's key reads
+// back as the value written (text that YAML reads as null, such as "~",
+// counts as written, and so does a value relocate moved).
+func readsBack(b []byte, edits []configEdit, relocate func(string) (string, bool)) bool {
+	d, err := parseConfig(b)
+	if err != nil {
+		return false
+	}
+	for _, e := range edits {
+		got, ok, err := d.value(e.path)
+		if err != nil || !ok {
+			return false
+		}
+		nullText := got.Null && (e.value.Text == "~" || strings.EqualFold(e.value.Text, "null"))
+		moved := false
+		if relocate != nil {
+			abs, ok := relocate(e.value.Text)
+			moved = ok && got.Text == abs
+		}
+		if got != e.value && !nullText && !moved {
+			return false
+		}
+	}
+	return true
 }
 
 // walkStrings calls f for every string scalar that is a value (not a
