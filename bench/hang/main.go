@@ -28,8 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpuguard/gpuguard/bench/internal/stat"
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
@@ -58,16 +56,6 @@ func main() {
 	os.Exit(bench())
 }
 
-// monotonic is CLOCK_MONOTONIC in nanoseconds: the same clock in every
-// process.
-func monotonic() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
-}
-
 // job prints steps at the rhythm, then hangs; it records "last NS" at its
 // last step and "term NS" when SIGTERM arrives, in DIR/times.
 func job(dir, steps string) int {
@@ -86,11 +74,11 @@ func job(dir, steps string) int {
 		next = next.Add(rhythm)
 		fmt.Printf("step %d loss 0.%d\n", i, i)
 		if i == n {
-			fmt.Fprintf(f, "last %d\n", monotonic())
+			fmt.Fprintf(f, "last %d\n", stat.Monotonic())
 		}
 	}
 	<-term
-	fmt.Fprintf(f, "term %d\n", monotonic())
+	fmt.Fprintf(f, "term %d\n", stat.Monotonic())
 	f.Close()
 	return 143
 }

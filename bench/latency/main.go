@@ -35,8 +35,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpuguard/gpuguard/bench/internal/stat"
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
@@ -57,20 +55,10 @@ func main() {
 	os.Exit(bench())
 }
 
-// monotonic is CLOCK_MONOTONIC in nanoseconds: the same clock in every
-// process, unlike Go's monotonic readings, which are per process.
-func monotonic() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
-}
-
 // job is one attempt: it appends "start N NS" and "exit N NS" to
 // DIR/times; attempts up to DIR/k die of a (printed) CUDA OOM.
 func job(dir string) int {
-	start := monotonic()
+	start := stat.Monotonic()
 	prev, _ := os.ReadFile(filepath.Join(dir, "count"))
 	n := len(prev) + 1
 	os.WriteFile(filepath.Join(dir, "count"), append(prev, '.'), 0o644)
@@ -99,7 +87,7 @@ func job(dir string) int {
 		fmt.Fprintf(os.Stderr, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n", 2/float64(n))
 		code = 1
 	}
-	fmt.Fprintf(f, "exit %d %d\n", n, monotonic())
+	fmt.Fprintf(f, "exit %d %d\n", n, stat.Monotonic())
 	f.Close()
 	return code
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pct is the p-th percentile of d (nearest rank); 0 for none.
@@ -36,4 +38,15 @@ func LoadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// Monotonic is CLOCK_MONOTONIC in nanoseconds: the same clock in every
+// process, unlike Go's monotonic readings, which are per process; a job and
+// gpuguard stamp the times a benchmark subtracts with it.
+func Monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
 }
