@@ -157,18 +157,11 @@ func pct(f float64) string {
 // apply sets the knob to the estimate, or halves it when the figures are
 // unusable; the first change's Note says which, and with what figures.
 func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, string) {
-	k := p.knobByName[a.knob]
-	cur, had := vals[a.knob]
-	if !had {
-		return nil, a.knob + " has no value (the command does not set it)"
+	n, why := positiveValue(p, vals, a.knob)
+	if why != "" {
+		return nil, why
 	}
-	n, ok := parseNumber(cur)
-	if !ok {
-		return nil, fmt.Sprintf("%s is %s, not a number", a.knob, k.show(cur, true))
-	}
-	if n.f <= 0 {
-		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
-	}
+	cur := vals[a.knob]
 	next, figures, why := a.estimate(out, n.f)
 	note := "fit: " + figures
 	if why != "" {

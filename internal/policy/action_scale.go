@@ -86,19 +86,30 @@ func (a *scaleAction) numericKnobs() []string {
 // otherwise the nearest whole number (halves round up, so the effective
 // batch never shrinks by rounding), with a Note saying by how much the
 // product moved. Both knobs must hold positive whole numbers.
-func (a *scaleAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) {
-	k := p.knobByName[a.knob]
-	cur, had := vals[a.knob]
+// positiveValue is knob's value in vals as a positive number, or why it is
+// not one (unset, not a number, zero or below): what every action that
+// scales a knob needs first.
+func positiveValue(p *Policy, vals Values, knob string) (number, string) {
+	cur, had := vals[knob]
 	if !had {
-		return nil, a.knob + " has no value (the command does not set it)"
+		return number{}, knob + " has no value (the command does not set it)"
 	}
 	n, ok := parseNumber(cur)
 	if !ok {
-		return nil, fmt.Sprintf("%s is %s, not a number", a.knob, k.show(cur, true))
+		return number{}, fmt.Sprintf("%s is %s, not a number", knob, p.knobByName[knob].show(cur, true))
 	}
 	if n.f <= 0 {
-		return nil, fmt.Sprintf("%s is %s, not a positive number", a.knob, cur.Text)
+		return number{}, fmt.Sprintf("%s is %s, not a positive number", knob, cur.Text)
 	}
+	return n, ""
+}
+
+func (a *scaleAction) apply(p *Policy, vals Values, _ *Outcome) ([]Change, string) {
+	n, why := positiveValue(p, vals, a.knob)
+	if why != "" {
+		return nil, why
+	}
+	cur := vals[a.knob]
 	next := n.f * a.by
 	if n.isInt {
 		next = roundTo(next, 1, a.round)
