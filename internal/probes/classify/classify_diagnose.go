@@ -117,6 +117,7 @@ func (c *Classifier) Verdict() Verdict {
 			v.Rank = valPtr(f.rank)
 		}
 		v.SharedMemory = f.shm
+		v.Build = f.family == buildFamily
 		if f.oom != nil {
 			o := *f.oom
 			o.OtherProcesses = append([]ProcUse(nil), f.oom.OtherProcesses...)
@@ -253,6 +254,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 	case KindGPUOOM:
 		d = append(d, sentence(v.Reason+" "+w))
 		d = append(d, gpuOOMFigures(v, f)...)
+		d = append(d, engineWords(v, f)...)
 		c.gpuOOMAdvice(v, f, &d, add)
 	case KindCPUAllocOOM:
 		s := "Host memory (RAM) ran out"
@@ -278,6 +280,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if v.SharedMemory {
 			s, why = "The job ran out of shared memory (/dev/shm, which is RAM)", strings.TrimPrefix(why, shmReason+": ")
 		}
+		if v.Build {
+			s = "The job ran out of host memory (RAM) while building an extension at start-up"
+		}
 		if w != "" {
 			s += " " + w
 		}
@@ -291,6 +296,10 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 				d = append(d, "The log shows only the bus error: a DataLoader worker that dies of SIGBUS has almost always written past the end of a full /dev/shm.")
 			}
 			add("Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, or give the job a larger shared memory: docker --shm-size (or --ipc=host), on Kubernetes an emptyDir volume with medium: Memory mounted at /dev/shm; a smaller batch is not the remedy.")
+			break
+		}
+		if v.Build {
+			add(buildAdvice()...)
 			break
 		}
 		if f != nil && f.lowConf {
@@ -437,6 +446,10 @@ func likelySelf(o *OOM) bool {
 
 func (c *Classifier) gpuOOMAdvice(v *Verdict, f *failure, d *[]string, add func(...string)) {
 	o := v.OOM
+	if sug, ok := engineAdvice(o); ok {
+		add(sug...) // a serving engine's start-up sizing: its own settings, no batch
+		return
+	}
 	tooBig := o != nil && o.RequestedBytes != nil && o.TotalBytes != nil && *o.RequestedBytes > *o.TotalBytes
 	if tooBig {
 		*d = append(*d, "The request alone ("+sizeWords(*o.RequestedBytes)+") is larger than the whole device ("+sizeWords(*o.TotalBytes)+"): no allocator setting and no retry can make it fit.")

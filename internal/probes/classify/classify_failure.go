@@ -69,6 +69,25 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	}
 	if h.has(kwExhausted) || h.has(kwOOM) {
 		if f, ok := exhaustedOrOOM(t, h); ok {
+			if f.oom != nil && (f.oom.Format == "tf_oom_tensor" || f.oom.Format == fmtTFFailedAlloc) && tfHead(c.cur, c.num, c.rank) {
+				// "ResourceExhaustedError: Graph execution error:", then
+				// the "Detected at node" block, then the OOM line: the OOM
+				// line, with its figures, is the failure.
+				if f.oom.Exception == "" {
+					f.oom.Exception = c.cur.oom.Exception
+				}
+				c.cur = nil
+			}
+			return f, true
+		}
+	}
+	if h.has(kwKVCache) || h.has(kwCacheBlocks) || h.has(kwDesiredGPU) || h.has(kwNotEnough) {
+		if f, ok := engineLine(t, h); ok {
+			return f, true
+		}
+	}
+	if h.has(kwOutOf) {
+		if f, ok := outOfLine(t); ok {
 			return f, true
 		}
 	}
@@ -142,6 +161,14 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	}
 	if h.has(kwExceeded) {
 		if f, ok := slurmLimitLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwKilled) || h.has(kwSignal9) {
+		if f, ok := buildKilledLine(t); ok {
+			if cur := c.cur; cur != nil && cur.kind == KindHostOOM && cur.family != buildFamily && !cur.shm && c.num-cur.lastLine <= 30 {
+				asBuild(cur, &f) // make's bare "Killed" came first
+			}
 			return f, true
 		}
 	}
@@ -429,10 +456,14 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		return f, true
 	case bytes.HasSuffix(before, []byte("error: ")) || bytes.HasSuffix(before, []byte("Error: ")):
 		// "CUDA error: out of memory", "HIP error: out of memory"
-		f, _ := gpuOOM(t, at, "cuda_error")
+		f, o := gpuOOM(t, at, "cuda_error")
 		f.reason = "CUDA error: out of memory"
 		if bytes.HasSuffix(before, []byte("HIP error: ")) {
 			f.reason = "HIP error: out of memory"
+		}
+		if strings.HasSuffix(o.Exception, "AcceleratorError") {
+			// torch >= 2.8: "torch.AcceleratorError: CUDA error: out of memory"
+			o.Format = fmtAccelerator
 		}
 		return f, true
 	case bytes.HasSuffix(before, []byte("error=2 : ")) || bytes.HasSuffix(before, []byte("error (2) : ")):
@@ -486,7 +517,8 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		}
 		f.detail = "srun: " + string(trimSpace(t))
 		return f, true
-	case bHasPrefix(after, " while trying to allocate") || bHasPrefix(after, " in memory space"):
+	case bHasPrefix(after, " while trying to allocate") || bHasPrefix(after, " in memory space") ||
+		bHasPrefix(after, " allocating ") && (bHas(before, "RESOURCE_EXHAUSTED") || indexFoldASCII(before, "resource exhausted") >= 0):
 		i := bIndex(t, "RESOURCE_EXHAUSTED")
 		if i < 0 {
 			i = indexFoldASCII(t, "resource exhausted")
@@ -583,6 +615,9 @@ func exhaustedOrOOM(t []byte, h *hitSet) (failure, bool) {
 		f.reason = "GPU out of memory (TensorFlow)"
 		parseTFOOM(t[i:], o, &f.extra)
 		return f, true
+	}
+	if h.has(kwExhausted) && bHas(t, "ResourceExhaustedError") && bHas(t, "failed to allocate memory") {
+		return tfFailedAlloc(t)
 	}
 	if h.has(kwExhausted) {
 		i := bIndex(t, "RESOURCE_EXHAUSTED")
@@ -1048,6 +1083,15 @@ func exceptionFailure(name string, msg []byte) failure {
 	case short == "OutOfMemoryError":
 		f := memFailure(KindGPUOOM, "GPU out of memory", "torch")
 		f.oom = &OOM{Format: "other", Exception: name}
+		return f
+	case short == "ResourceExhaustedError":
+		// TensorFlow 2.1x: "ResourceExhaustedError: Graph execution
+		// error:" (the "Detected at node" block and the OOM line follow),
+		// Keras 3's "ResourceExhaustedError: Exception encountered when
+		// calling ...". The OOM line further on replaces it.
+		f := memFailure(KindGPUOOM, "GPU out of memory (TensorFlow ResourceExhaustedError)", "tf")
+		f.oom = &OOM{Format: fmtTFResource, Exception: name}
+		f.exc = name
 		return f
 	case short == "ImportError":
 		return crashFailure(classSpecific, "import error: "+text, "import_error")

@@ -60,8 +60,12 @@ const (
 	kwExpandable
 	kwAutoBatch
 	kwInfinite
-	kwBadAlloc // "std::bad_alloc"
-	kwExceeded // "xceeded": Slurm's "exceeded memory limit", "Exceeded job memory limit"
+	kwBadAlloc    // "std::bad_alloc"
+	kwExceeded    // "xceeded": Slurm's "exceeded memory limit", "Exceeded job memory limit"
+	kwKVCache     // "KV cache": vLLM's KV cache does not hold max_model_len (forms2026.go)
+	kwCacheBlocks // "the cache blocks": vLLM's "No available memory for the cache blocks"
+	kwDesiredGPU  // "desired GPU": vLLM's start-up check of free memory
+	kwOutOf       // "OUT_OF_": Level Zero / UR / SYCL / CUDA driver status codes
 
 	// phases
 	kwEpoch
@@ -143,6 +147,10 @@ var kwTable = []kwEntry{
 	{kwInfinite, "infinite", true},
 	{kwBadAlloc, "std::bad_alloc", false},
 	{kwExceeded, "xceeded", false},
+	{kwKVCache, "kv cache", true},
+	{kwCacheBlocks, "the cache blocks", false},
+	{kwDesiredGPU, "desired GPU", false},
+	{kwOutOf, "OUT_OF_", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

@@ -193,7 +193,7 @@ func parseMPSOOM(msg []byte, o *OOM, x *oomExtra) {
 // parseXLAOOM reads JAX/XLA's RESOURCE_EXHAUSTED allocation failures.
 func parseXLAOOM(msg []byte, o *OOM, x *oomExtra) {
 	o.Format = "xla_resource_exhausted"
-	for _, key := range [...]string{"while trying to allocate ", "Failed to allocate request for ", "Attempting to reserve "} {
+	for _, key := range [...]string{"while trying to allocate ", "Failed to allocate request for ", "Attempting to reserve ", "Attempting to allocate ", "Out of memory allocating "} {
 		if v, ok := memSizeAfter(msg, key); ok {
 			o.RequestedBytes = valPtr(v)
 			break

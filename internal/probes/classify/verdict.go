@@ -93,6 +93,10 @@ type Verdict struct {
 	// /dev/shm (a host_oom), which DataLoader workers fill: the remedy is
 	// fewer workers or a larger shm, not a smaller batch.
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Build: the host memory ran out while a compiler built a C++/CUDA
+	// extension at start-up (a host_oom): the remedy is fewer parallel
+	// build jobs (MAX_JOBS), not a smaller batch.
+	Build bool `json:"build,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
