@@ -132,7 +132,7 @@ func engineLine(t []byte, h *hitSet) (failure, bool) {
 					if v, _, ok := parseMemSize(u[k+2:]); ok {
 						o.RequestedBytes = valPtr(v)
 					}
-					f.detail = "gpu_memory_utilization is " + string(u[:k])
+					f.detail = "the engine was set to use gpu_memory_utilization=" + string(u[:k]) + " of the GPU"
 				}
 			}
 			return f, true
@@ -331,7 +331,7 @@ const buildFamily = "build"
 func buildKilledLine(t []byte) (failure, bool) {
 	prog := ""
 	switch {
-	case bHas(t, "Killed signal terminated program "):
+	case bHas(t, "fatal error: Killed signal terminated program "):
 		prog = wordAfter(t, "Killed signal terminated program ")
 	case bHas(t, "internal compiler error: Killed (program "):
 		prog = wordAfter(t, "internal compiler error: Killed (program ")
@@ -356,12 +356,24 @@ func buildKilledLine(t []byte) (failure, bool) {
 	default:
 		return failure{}, false
 	}
-	if prog == "" {
+	if !compilerProgram(prog) {
 		return failure{}, false
 	}
 	f := memFailure(KindHostOOM, "a compiler was killed while building an extension ("+prog+", SIGKILL)", buildFamily)
-	f.detail = "the compiler " + prog + " was killed by SIGKILL while a C++/CUDA extension was being built: the out-of-memory killer ends the largest processes, and parallel compilers are"
+	f.detail = "the compiler " + prog + " was killed by SIGKILL while a C++/CUDA extension was being built; the out-of-memory killer picks the largest processes, and at start-up those are the compilers ninja runs in parallel (one per CPU unless MAX_JOBS says otherwise)"
 	return f, true
+}
+
+// compilerProgram says whether name is one of the programs a compiler
+// driver runs (GCC's cc1/cc1plus/as/ld, nvcc's cicc/cudafe++/ptxas/nvlink/
+// fatbinary, clang).
+func compilerProgram(name string) bool {
+	for _, p := range [...]string{"cc1", "cicc", "cudafe", "ptxas", "nvlink", "fatbinary", "clang", "lto", "collect2", "ld", "as"} {
+		if name == p || len(name) > len(p) && name[:len(p)] == p && (p == "cc1" || p == "cudafe" || p == "clang" || p == "lto" || p == "ld") {
+			return true
+		}
+	}
+	return false
 }
 
 // wordAfter is the run of non-space bytes after key in t.
@@ -436,21 +448,17 @@ func engineWords(v *Verdict, f *failure) []string {
 	var d []string
 	switch o.Format {
 	case fmtVLLMKVCache:
-		s := "vLLM could not reserve the KV cache for one full-length request"
+		s := "vLLM could not reserve the KV cache for one request of max_model_len tokens"
 		if o.RequestedBytes != nil && o.FreeBytes != nil {
-			s += ": it needs " + sizeWords(*o.RequestedBytes) + " of KV cache and " + sizeWords(*o.FreeBytes) + " was left for it after the weights and activations"
+			s += ": the request is that KV cache, the free memory what gpu_memory_utilization left for it after the weights and the activations"
 		}
 		d = append(d, s+".")
 	case fmtVLLMNoBlocks:
 		d = append(d, "The weights and the activations of vLLM's profiling run left no memory within gpu_memory_utilization for a single KV cache block.")
 	case fmtVLLMFreeMemory:
-		s := "vLLM checks at start-up that the share of the GPU it is to use is free"
-		if o.RequestedBytes != nil && o.FreeBytes != nil {
-			s += ": it wanted " + sizeWords(*o.RequestedBytes) + " and " + sizeWords(*o.FreeBytes) + " was free"
-			if o.TotalBytes != nil {
-				s += " of " + sizeWords(*o.TotalBytes)
-			}
-			s += ", so something else (another process, an earlier engine on the same GPU) holds the rest"
+		s := "vLLM checks at start-up that the share of the GPU it is to use (the request) is free"
+		if o.RequestedBytes != nil && o.FreeBytes != nil && o.TotalBytes != nil {
+			s += "; " + sizeWords(*o.TotalBytes-*o.FreeBytes) + " of the device was already in use by something else (another process, an earlier engine or the trainer on the same GPU)"
 		}
 		d = append(d, s+".")
 	case fmtSGLangMem:
