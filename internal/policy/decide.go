@@ -379,6 +379,9 @@ func describeFailure(kind classify.Kind, out Outcome) string {
 	if v.OtherProcesses {
 		extra = append(extra, "other processes on the GPU")
 	}
+	if v.Build {
+		extra = append(extra, "a compiler killed while building an extension")
+	}
 	s := fmt.Sprintf("attempt %d: %s in %s", out.Attempt, kind, phase)
 	if len(extra) > 0 {
 		s += " (" + strings.Join(extra, ", ") + ")"
@@ -396,6 +399,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 	case m.fragmentation != nil && *m.fragmentation != v.Fragmentation:
 		return false
 	case m.otherProcesses != nil && *m.otherProcesses != v.OtherProcesses:
+		return false
+	case m.build != nil && *m.build != v.Build:
 		return false
 	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
 		return false

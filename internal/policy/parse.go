@@ -488,8 +488,9 @@ var kindAliases = map[string]string{
 
 func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
+	var buildKey *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "rank", "attempt", "peak") {
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "rank", "attempt", "peak") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -521,6 +522,10 @@ func (w *walker) match(n *yaml.Node, what string) match {
 		case "other_processes":
 			b := w.boolean(f.val, what+" other_processes")
 			m.otherProcesses = &b
+		case "build":
+			b := w.boolean(f.val, what+" build")
+			m.build = &b
+			buildKey = f.key
 		case "rank":
 			if f.val.Kind == yaml.SequenceNode {
 				for _, c := range f.val.Content {
@@ -537,7 +542,22 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			}
 		}
 	}
+	if buildKey != nil && *m.build && m.kinds != nil && !slices.Contains(m.kinds, classify.KindHostOOM) {
+		w.at(buildKey, "%s: build: true matches only host_oom (a compiler killed while building an extension), and kind is %s: add host_oom to kind or drop build", what, kindList(m.kinds))
+	}
 	return m
+}
+
+// kindList is kinds as a policy file writes them: "gpu_oom" or "[gpu_oom, crash]".
+func kindList(kinds []classify.Kind) string {
+	if len(kinds) == 1 {
+		return string(kinds[0])
+	}
+	s := make([]string, len(kinds))
+	for i, k := range kinds {
+		s[i] = string(k)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
 }
 
 var comparisonRE = regexp.MustCompile(`^\s*(>=|<=|>|<|==)?\s*(\d+)\s*$`)

@@ -201,6 +201,7 @@ type match struct {
 	phases         []classify.Phase // nil: any phase
 	fragmentation  *bool
 	otherProcesses *bool
+	build          *bool // Verdict.Build: a compiler killed building an extension (host_oom)
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond

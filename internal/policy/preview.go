@@ -117,6 +117,9 @@ func (m match) String() string {
 	if m.otherProcesses != nil {
 		parts = append(parts, fmt.Sprintf("other_processes %t", *m.otherProcesses))
 	}
+	if m.build != nil {
+		parts = append(parts, fmt.Sprintf("build %t", *m.build))
+	}
 	if m.ranks != nil {
 		parts = append(parts, fmt.Sprintf("rank %v", m.ranks))
 	}
