@@ -70,6 +70,8 @@ func FuzzClassifier(f *testing.F) {
 		f.Add([]byte(s), uint16(len(s)/2))
 	}
 	forms, _ := filepath.Glob(filepath.Join("testdata", "forms", "*.log"))
+	forms2026, _ := filepath.Glob(filepath.Join("testdata", "forms2026", "*.log"))
+	forms = append(forms, forms2026...)
 	if m, err := filepath.Glob(filepath.Join(corpusDir, "*", "*.log")); err == nil || len(forms) > 0 {
 		for _, p := range append(m, forms...) {
 			if data, err := os.ReadFile(p); err == nil {
