@@ -47,6 +47,12 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		return failure{}, false
 	}
 	inProbe := c.abUntil >= c.num
+	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
+		if f, ok := vllmWarmupLine(t); ok {
+			c.engineRelabel(&f)
+			return f, true
+		}
+	}
 	if h.has(kwOutOfMem) {
 		if f, ok := outOfMemory(t, h.at(kwOutOfMem)); ok {
 			if inProbe && f.kind == KindGPUOOM {
@@ -83,13 +89,7 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 	}
 	if h.has(kwKVCache) || h.has(kwCacheBlocks) || h.has(kwDesiredGPU) || h.has(kwNotEnough) {
 		if f, ok := engineLine(t, h); ok {
-			if cur := c.cur; cur != nil && cur.kind == KindGPUOOM && cur.oom != nil && !engineFormat(cur.oom.Format) && c.num-cur.lastLine <= 30 &&
-				(f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
-				// TGI's warm-up turns the PyTorch OOM it caught into its own
-				// message: the figures are PyTorch's, the remedy the engine's.
-				cur.oom.Format, cur.reason, cur.family = f.oom.Format, f.reason, f.family
-				addDetail(&cur.detail, f.detail)
-			}
+			c.engineRelabel(&f)
 			return f, true
 		}
 	}

@@ -19,6 +19,7 @@ const (
 	fmtVLLMKVCache     = "vllm_kv_cache"            // the KV cache cannot hold one request of max_model_len
 	fmtVLLMNoBlocks    = "vllm_no_cache_blocks"     // no memory left for any KV cache block
 	fmtVLLMFreeMemory  = "vllm_startup_free_memory" // less free than gpu_memory_utilization asks for
+	fmtVLLMWarmup      = "vllm_warmup"              // the sampler's or pooler's warm-up with max_num_seqs requests
 	fmtSGLangMem       = "sglang_mem_fraction"      // SGLang's static pool leaves no KV cache
 	fmtTGIPrefill      = "tgi_prefill"              // TGI's warm-up batch does not fit
 	fmtLevelZero       = "level_zero_out_of_device_memory"
@@ -34,7 +35,7 @@ const (
 // start: its remedy is the engine's own settings, never a training batch.
 func engineFormat(f string) bool {
 	switch f {
-	case fmtVLLMKVCache, fmtVLLMNoBlocks, fmtVLLMFreeMemory, fmtSGLangMem, fmtTGIPrefill:
+	case fmtVLLMKVCache, fmtVLLMNoBlocks, fmtVLLMFreeMemory, fmtVLLMWarmup, fmtSGLangMem, fmtTGIPrefill:
 		return true
 	}
 	return false
@@ -171,6 +172,44 @@ func engineLine(t []byte, h *hitSet) (failure, bool) {
 	return failure{}, false
 }
 
+// engineRelabel makes the PyTorch OOM an engine caught, just before its
+// own message f, the engine's: TGI's warm-up and vLLM's sampler warm-up
+// raise their message "from" the OutOfMemoryError, whose figures stay; the
+// format, the reason and so the remedy become the engine's.
+func (c *Classifier) engineRelabel(f *failure) {
+	cur := c.cur
+	if cur == nil || cur.kind != KindGPUOOM || cur.oom == nil || engineFormat(cur.oom.Format) || c.num-cur.lastLine > 30 ||
+		f.rank >= 0 && cur.rank >= 0 && f.rank != cur.rank {
+		return
+	}
+	cur.oom.Format, cur.reason, cur.family = f.oom.Format, f.reason, f.family
+	addDetail(&cur.detail, f.detail)
+}
+
+// vllmWarmupLine reads vLLM's "CUDA out of memory occurred when warming up
+// sampler with 256 dummy requests. Please try lowering `max_num_seqs` or
+// `gpu_memory_utilization` when initializing the engine." (also "warming up
+// pooler (task=...)").
+func vllmWarmupLine(t []byte) (failure, bool) {
+	i := bIndex(t, "out of memory occurred when warming up ")
+	if i < 0 {
+		return failure{}, false
+	}
+	at := i
+	if j := bytes.LastIndexByte(t[:i], ' '); j >= 0 && i-j <= 6 {
+		at = j + 1 // "CUDA out of memory ..."
+	} else if i > 0 && i <= 5 {
+		at = 0
+	}
+	f, _ := engineFailure(t, at, fmtVLLMWarmup, "GPU out of memory in vLLM's warm-up (max_num_seqs dummy requests)")
+	r := t[i+len("out of memory occurred when warming up "):]
+	what := wordAfter(r, "")
+	if n, ok := intAfterKey(r, "with "); ok {
+		f.detail = "vLLM's warm-up of the " + what + " with " + itoa(n) + " dummy requests (max_num_seqs) ran out of memory"
+	}
+	return f, true
+}
+
 // vllmLenWords states the token counts of vLLM V1's KV cache message: the
 // model's max seq len and the longest that fits.
 func vllmLenWords(t []byte) string {
@@ -286,8 +325,7 @@ func outOfLine(t []byte) (failure, bool) {
 	if bHasPrefix(tt, "#define") || bHasPrefix(tt, "case ") || bHasPrefix(tt, "CASE(") || bHasPrefix(tt, "//") {
 		return failure{}, false
 	}
-	rest := append(append([]byte(nil), t[:s]...), t[e:]...)
-	if !(bHas(rest, "rror") || bHas(rest, "ERROR") || bHas(rest, "failed") || bHas(rest, "Returning") || bHas(rest, "returned") || bHas(rest, "FAIL")) {
+	if !errorWords(t[:s]) && !errorWords(t[e:]) {
 		return failure{}, false
 	}
 	switch {
@@ -313,6 +351,11 @@ func outOfLine(t []byte) (failure, bool) {
 		return f, true
 	}
 	return failure{}, false
+}
+
+// errorWords says whether b reports an error or a failure.
+func errorWords(b []byte) bool {
+	return bHas(b, "rror") || bHas(b, "ERROR") || bHas(b, "failed") || bHas(b, "Returning") || bHas(b, "returned") || bHas(b, "FAIL")
 }
 
 // buildFamily is the family of a compiler killed while building an
@@ -461,6 +504,8 @@ func engineWords(v *Verdict, f *failure) []string {
 			s += "; " + sizeWords(*o.TotalBytes-*o.FreeBytes) + " of the device was already in use by something else (another process, an earlier engine or the trainer on the same GPU)"
 		}
 		d = append(d, s+".")
+	case fmtVLLMWarmup:
+		d = append(d, "vLLM warms up its sampler (or pooler) with max_num_seqs requests at once after sizing the KV cache; what gpu_memory_utilization left outside the KV cache did not hold their activations.")
 	case fmtSGLangMem:
 		d = append(d, "SGLang's static memory pool (--mem-fraction-static of the GPU, for the weights and the KV cache) left no room for the KV cache after the weights.")
 	case fmtTGIPrefill:
@@ -489,6 +534,8 @@ func engineAdvice(o *OOM) (sug []string, ok bool) {
 		sug = append(sug, "Raise gpu_memory_utilization if nothing else uses the GPU, lower max_num_seqs and max_num_batched_tokens (the profiling run's activations), or use more GPUs (tensor_parallel_size) or a quantized model: the weights alone nearly fill the share vLLM may use.")
 	case fmtVLLMFreeMemory:
 		sug = append(sug, "Lower gpu_memory_utilization below the free share of the GPU, or free the GPU first (nvidia-smi shows who holds it; in an RL job, the trainer's own memory on the same GPU counts).")
+	case fmtVLLMWarmup:
+		sug = append(sug, "Lower max_num_seqs (the warm-up runs that many requests at once) or gpu_memory_utilization (which leaves more memory outside the KV cache for activations), as vLLM's message says.")
 	case fmtSGLangMem:
 		sug = append(sug, "Raise --mem-fraction-static (by 0.05 to 0.1) if nothing else uses the GPU, or lower --context-length and --max-running-requests, or use more GPUs (--tp) or a quantized model.")
 	case fmtTGIPrefill:

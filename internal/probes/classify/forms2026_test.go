@@ -116,6 +116,16 @@ func TestServingEngineForms(t *testing.T) {
 			kind: KindGPUOOM, rank: -1, check: func(t *testing.T, v Verdict) {
 				oomWant{format: "vllm_startup_free_memory", exception: "ValueError", requested: rnd(7.2 * gib), free: rnd(6.92 * gib), tot: 8 * gib}.check(t, v)
 			}},
+		{name: "vLLM sampler warm-up alone", log: "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n",
+			kind: KindGPUOOM, rank: -1, reason: "warm-up", check: func(t *testing.T, v Verdict) {
+				oomWant{format: "vllm_warmup", exception: "RuntimeError", requested: -1, free: -1, tot: -1}.check(t, v)
+				says(t, v, []string{"sampler with 256 dummy requests"}, []string{"max_num_seqs"}, noBatch)
+			}},
+		{name: "vLLM pooler warm-up", log: "RuntimeError: CUDA out of memory occurred when warming up pooler (task='embed') with 1024 dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n",
+			kind: KindGPUOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+				oomWant{format: "vllm_warmup", exception: "RuntimeError", requested: -1, free: -1, tot: -1}.check(t, v)
+				says(t, v, []string{"pooler with 1024 dummy requests"}, nil, nil)
+			}},
 		{name: "SGLang mem-fraction-static", log: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.35\n",
 			kind: KindGPUOOM, rank: -1, reason: "SGLang", check: func(t *testing.T, v Verdict) {
 				oomWant{format: "sglang_mem_fraction", exception: "RuntimeError", requested: -1, free: -1, tot: -1}.check(t, v)
@@ -307,6 +317,13 @@ func TestForms2026Samples(t *testing.T) {
 			oomWant{format: "vllm_startup_free_memory", exception: "ValueError", requested: rnd(21.67 * gib), free: rnd(12.18 * gib), tot: rnd(23.56 * gib), device: "cuda:0"}.check(t, v)
 		}},
 		{"vllm-healthy-config-dump.log", KindNone, nil},
+		{"vllm-sampler-warmup.log", KindGPUOOM, func(t *testing.T, v Verdict) {
+			oomWant{format: "vllm_warmup", exception: "torch.OutOfMemoryError", requested: rnd(1.96 * gib), free: rnd(1.02 * gib), tot: rnd(47.37 * gib), device: "GPU 0"}.check(t, v)
+			if v.Line != 5 {
+				t.Errorf("line %d, want PyTorch's OOM (5)", v.Line)
+			}
+			says(t, v, []string{"256 dummy requests"}, []string{"Lower max_num_seqs"}, noBatch)
+		}},
 		{"sglang-mem-fraction.log", KindGPUOOM, func(t *testing.T, v Verdict) {
 			oomWant{format: "sglang_mem_fraction", exception: "RuntimeError", requested: -1, free: -1, tot: -1}.check(t, v)
 			if v.Line != 8 {
