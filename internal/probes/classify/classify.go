@@ -92,6 +92,7 @@ type Classifier struct {
 	// failures
 	cur     *failure
 	handled []handledFailure
+	notes   []failureNote // failures set aside as consequences of the verdict's, or replaced (first_failure.go)
 	pend    pendingMsg
 	block   rootCauseBlock
 	abUntil int // AutoBatch probing: OOM text until this line is the probe's
@@ -181,6 +182,9 @@ type failure struct {
 
 	wrapped string // an incomplete PyTorch OOM message, to be continued
 	exc     string // for a Python exception line: the exception's type
+
+	conseq uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
+	caught bool  // an OOM the framework says it caught and went on from
 }
 
 // handledFailure is a failure that training survived.
@@ -349,7 +353,16 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	// error happened in.
 	c.detectPhaseLine(t, h, phaseShape)
 	if h.any(&failureKeywords) || failShape {
-		if f, ok := c.detectFailure(t, h); ok {
+		f, ok := c.detectFailure(t, h)
+		if !ok && (h.has(kwOOM) || h.has(kwMemoryError)) {
+			// A framework's word that it caught an OOM (first_failure.go).
+			if h.has(kwMemoryError) {
+				f, ok = fallbackOOM(t)
+			} else {
+				c.recoveryLine(t)
+			}
+		}
+		if ok {
 			c.record(f, rank, t, full)
 			if cur := c.cur; cur != nil && cur.wrapped != "" {
 				if cur.line == c.num {
@@ -622,7 +635,7 @@ func (c *Classifier) tick(f *failure, slot int, pos place) {
 	}
 	f.base[slot] = pos
 	f.ticks[slot]++
-	if f.ticks[slot] >= 2 {
+	if f.ticks[slot] >= 2 || f.caught {
 		if len(c.handled) < 4 {
 			c.handled = append(c.handled, handledFailure{kind: f.kind, reason: f.reason, line: f.line})
 		}
@@ -649,7 +662,8 @@ func (c *Classifier) emit(e Event) {
 	}
 }
 
-// record adopts a candidate failure found on the current line.
+// record adopts a candidate failure found on the current line, or folds it
+// into the current one, or sets it aside (first_failure.go has the rule).
 func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	f.detail = clipText(f.detail, maxDetail)
 	if f.rank < 0 {
@@ -658,24 +672,39 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	if f.rank < 0 {
 		f.rank = rankInText(t)
 	}
+	if f.oom != nil && f.oom.Format == "caught" {
+		f.caught = true
+	}
+	classifyConsequence(&f, t)
 	cur := c.cur
-	if cur != nil {
-		if f.class > cur.class {
-			if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
-				// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
-				// then "(0) Resource exhausted: OOM when allocating ...".
-				f.oom.Exception = cur.exc
-			}
-			c.pend = pendingMsg{}
-			c.adopt(f, t, full)
-			return
-		}
-		if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
-			c.merge(cur, &f)
-		}
+	if cur == nil {
+		c.adopt(f, t, full)
 		return
 	}
-	c.adopt(f, t, full)
+	if supersedes(cur, &f) {
+		if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
+			// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
+			// then "(0) Resource exhausted: OOM when allocating ...".
+			f.oom.Exception = cur.exc
+		}
+		switch {
+		case cur.caught:
+			c.note(cur, noteCaught)
+		case cur.conseq != conseqNone:
+			c.note(cur, noteReplaced)
+		}
+		c.pend = pendingMsg{}
+		c.adopt(f, t, full)
+		return
+	}
+	if f.conseq != conseqNone && f.family != cur.family {
+		f.line = c.num
+		c.note(&f, noteConsequence)
+		return
+	}
+	if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
+		c.merge(cur, &f)
+	}
 }
 
 func (c *Classifier) adopt(f failure, t, full []byte) {
@@ -689,7 +718,7 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 		nf.allowTable = c.num + 8
 	}
 	c.cur = &nf
-	if nf.oom != nil && nf.oom.Format == "caught" {
+	if nf.caught {
 		// The framework says it handled the OOM (fairseq: "ran out of
 		// memory, skipping batch"): no live failure event, which would start
 		// the supervisor's grace period on a job that goes on. The verdict

@@ -338,6 +338,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		d = append(d, sentence(s))
 	}
+	if f != nil && v.Kind != KindNone {
+		d = append(d, noteWords(c.notes)...)
+	}
 	for _, h := range handled {
 		d = append(d, sentence(fmt.Sprintf("An earlier failure at line %d (%s) did not stop the job: training went on after it", h.line, h.reason)))
 	}
