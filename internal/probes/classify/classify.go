@@ -674,6 +674,7 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	}
 	if f.oom != nil && f.oom.Format == "caught" {
 		f.caught = true
+		caughtFigures(&f, t)
 	}
 	classifyConsequence(&f, t)
 	cur := c.cur
@@ -697,7 +698,7 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 		c.adopt(f, t, full)
 		return
 	}
-	if f.conseq != conseqNone && f.family != cur.family {
+	if f.conseq != conseqNone && (cur.conseq == conseqNone || f.family != cur.family) {
 		f.line = c.num
 		c.note(&f, noteConsequence)
 		return

@@ -339,6 +339,12 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		d = append(d, sentence(s))
 	}
 	if f != nil && v.Kind != KindNone {
+		if f.conseq == conseqAbsurd {
+			d = append(d, "The request is absurd (a petabyte or more): a size computed wrong, or the consequence of a collective operation that failed on another rank; no memory setting makes it fit.")
+		}
+		if f.caught {
+			d = append(d, "The program caught this out-of-memory error to go on, but no training step was printed after it: the job ended there.")
+		}
 		d = append(d, noteWords(c.notes)...)
 	}
 	for _, h := range handled {

@@ -30,6 +30,8 @@ package classify
 //     abort or a launcher's report, which every rank torn down prints;
 //   - among consequences, a collective failure replaces a peer or teardown
 //     one and an absurd allocation; otherwise the first stays;
+//   - an absurd allocation with no collective failure around it is the
+//     job's own failure (a size computed wrong), kept as causes are;
 //   - between causes, the classes decide as before (a memory failure beats a
 //     specific crash, which beats a generic one; else the first stays);
 //     torchrun's ChildFailedError summary, which says only that a worker
@@ -174,6 +176,11 @@ func supersedes(cur, f *failure) bool {
 		return f.conseq == conseqNone
 	case f.conseq != conseqNone && cur.conseq == conseqNone:
 		return false // a consequence of the cause already seen
+	case cur.conseq == conseqAbsurd && f.conseq == conseqNone:
+		// Alone, an absurd request is the job's own failure (a size
+		// computed wrong): only a collective failure shows it was a
+		// consequence.
+		return f.class > cur.class
 	case cur.conseq != conseqNone && f.conseq == conseqNone:
 		return causeAfterConsequence(f)
 	case cur.conseq != conseqNone && f.conseq != conseqNone:
@@ -226,6 +233,23 @@ func (c *Classifier) recoveryLine(t []byte) {
 		f.caught = true
 		f.lastLine = c.num
 	}
+}
+
+// caughtFigures reads the figures of the PyTorch message a caught OOM line
+// quotes (fairseq: "OOM: Ran out of memory with exception: CUDA out of
+// memory. Tried to allocate 1.21 GiB (GPU 0; ...)"). The format stays
+// "caught".
+func caughtFigures(f *failure, t []byte) {
+	o := f.oom
+	if o == nil || o.RequestedBytes != nil {
+		return
+	}
+	i := bIndex(t, "CUDA out of memory")
+	if i < 0 {
+		return
+	}
+	parseTorchOOM(t[i:], o, &f.extra)
+	o.Format = "caught"
 }
 
 // fallbackOOM recognises an OOM the program says it caught and worked around
