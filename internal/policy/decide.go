@@ -355,7 +355,7 @@ func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out
 		is = "are"
 	}
 	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s",
-		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.GiB(*v.OOM.RequestedBytes), phase), true
+		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.Size(*v.OOM.RequestedBytes), phase), true
 }
 
 func isOOM(k classify.Kind) bool {

@@ -5,41 +5,15 @@ package classify
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
 )
 
-// sizeWords states a size in the unit that reads best: GiB with two
-// decimals from 1 GiB up (as OOM messages print the figures compared with
-// it), else the largest unit in which it is at least 1, with three
-// significant digits as NumPy prints them: "15.82 GiB", "300 MiB", "12.0
-// MiB", "3.25 MiB", "812 KiB", "512 bytes". Two decimals of GiB would say
-// "0.01 GiB" for 12 MiB.
-func sizeWords(b int64) string {
-	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
-	if b >= gib || b <= -gib {
-		return strconv.FormatFloat(float64(b)/gib, 'f', 2, 64) + " GiB"
-	}
-	unit, div := "bytes", int64(1)
-	switch a := max(b, -b); {
-	case a >= mib:
-		unit, div = "MiB", mib
-	case a >= kib:
-		unit, div = "KiB", kib
-	default:
-		return strconv.FormatInt(b, 10) + " bytes"
-	}
-	v := float64(b) / float64(div)
-	prec := 0
-	switch a := max(v, -v); {
-	case a < 9.995:
-		prec = 2
-	case a < 99.95:
-		prec = 1
-	}
-	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
-}
+// sizeWords states a size in the unit that reads best: humanize.Size
+// ("15.82 GiB", "12.0 MiB", "812 KiB"), the one way gpuguard writes a size.
+func sizeWords(b int64) string { return humanize.Size(b) }
 
 // Fragmentation rule.
 //
