@@ -185,6 +185,7 @@ type failure struct {
 
 	conseq uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
 	caught bool  // an OOM the framework says it caught and went on from
+	worker bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
 }
 
 // handledFailure is a failure that training survived.
@@ -677,6 +678,9 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 		caughtFigures(&f, t)
 	}
 	classifyConsequence(&f, t)
+	if f.family == "dataloader" || bHas(t, "in DataLoader worker process") {
+		f.worker = true
+	}
 	cur := c.cur
 	if cur == nil {
 		c.adopt(f, t, full)
@@ -687,6 +691,12 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 			// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
 			// then "(0) Resource exhausted: OOM when allocating ...".
 			f.oom.Exception = cur.exc
+		}
+		if f.class == classMemory && !f.worker && cur.worker && c.num-cur.lastLine <= 40 {
+			// "RuntimeError: Caught RuntimeError in DataLoader worker
+			// process 3." then the worker's own traceback, ending in the
+			// allocator's error.
+			f.worker = true
 		}
 		switch {
 		case cur.caught:
@@ -760,6 +770,9 @@ func (c *Classifier) merge(cur, f *failure) {
 	}
 	if !f.lowConf {
 		cur.lowConf = false
+	}
+	if f.worker {
+		cur.worker = true
 	}
 	if f.shm && !cur.shm {
 		// "DataLoader worker exited unexpectedly", then the worker's own

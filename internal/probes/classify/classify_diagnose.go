@@ -91,6 +91,9 @@ func (c *Classifier) Verdict() Verdict {
 			v.Rank = valPtr(f.rank)
 		}
 		v.SharedMemory = f.shm
+		if f.worker && f.class == classMemory {
+			v.Requester = RequesterDataLoaderWorker
+		}
 		if f.oom != nil {
 			o := *f.oom
 			o.OtherProcesses = append([]ProcUse(nil), f.oom.OtherProcesses...)
@@ -238,14 +241,17 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.detail != "" {
 			d = append(d, sentence(f.detail))
 		}
+		if v.Requester == RequesterDataLoaderWorker {
+			d = append(d, "It failed inside a DataLoader worker, whose exception the main process raised again.")
+		}
 		if v.OOM != nil && v.OOM.RequestedBytes != nil {
 			d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
 			if *v.OOM.RequestedBytes >= 64<<30 {
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
 		}
-		add("Hold less in host RAM: fewer DataLoader workers (num_workers), pin_memory=False, a smaller prefetch_factor, and load the dataset lazily instead of into memory.",
-			"Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
+		hostAdvice(v, add)
+		add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:
 		s := "The job was killed for host memory (RAM)"
 		why := v.Reason
@@ -276,8 +282,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "container" {
 			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
 		}
-		add("Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects.",
-			"Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), and lower prefetch_factor.")
+		hostAdvice(v, add)
 		if f == nil || f.family != "slurm" && f.family != "container" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
@@ -328,6 +333,33 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		d = append(d, exitNote)
 	}
 	return strings.Join(d, " "), sug
+}
+
+// Host-memory advice, by phase and by what asked for the memory.
+const (
+	adviceWorkers     = "Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects, and its prefetched batches."
+	adviceWorkersData = "Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), load samples lazily, and lower prefetch_factor."
+	adviceValCrop     = "Validation holds too much in host RAM in the main process: validate on crops or tiles instead of full-resolution inputs (a smaller validation crop size, e.g. VAL_CROP_SIZE, or a lower eval resolution), and accumulate metrics batch by batch instead of keeping every prediction."
+	adviceTrainHost   = "The training step built too large a tensor in host RAM: lower the batch size or the input size, and check the shape of what is built on the CPU (a collate function, a CPU-side augmentation, gathered outputs)."
+)
+
+// hostAdvice suggests how to hold less in host RAM, by what asked for the
+// memory and the phase: a DataLoader worker's allocation calls for fewer
+// workers; the main process's in validation for smaller validation inputs,
+// where fewer workers would not help.
+func hostAdvice(v *Verdict, add func(...string)) {
+	switch {
+	case v.Requester == RequesterDataLoaderWorker:
+		add(adviceWorkers, adviceWorkersData)
+	case v.Phase == PhaseVal && v.Kind == KindCPUAllocOOM:
+		add(adviceValCrop)
+	case v.Phase == PhaseVal:
+		add(adviceValCrop, adviceWorkers)
+	case v.Phase == PhaseTrain && v.Kind == KindCPUAllocOOM:
+		add(adviceTrainHost, adviceWorkers)
+	default:
+		add(adviceWorkers, adviceWorkersData)
+	}
 }
 
 func phaseWord(p Phase) string {
