@@ -190,9 +190,14 @@ func (d Decision) Describe() string {
 // Relaunch decisions carry the backoff: backoff.initial × factor^n for the
 // n-th relaunch (from 0), at most backoff.max, spread by ±jitter using
 // out.Rand, and never above max.
-func (p *Policy) Decide(st State, out Outcome) Decision {
+func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 	st = st.clone()
-	d := Decision{State: st}
+	d = Decision{State: st}
+	defer func() {
+		if d.Verb == GiveUp && out.Verdict.SharedMemory {
+			d.Reason += "; /dev/shm is too small for the job as it is: give it a larger one (docker run --shm-size, or --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm), which gpuguard cannot do"
+		}
+	}()
 	kind := out.Verdict.Kind
 	if out.Exit.Code == 0 && out.Exit.Signal == 0 {
 		d.Verb, d.Reason = Done, "the job exited with status 0"
@@ -379,6 +384,9 @@ func describeFailure(kind classify.Kind, out Outcome) string {
 	if v.OtherProcesses {
 		extra = append(extra, "other processes on the GPU")
 	}
+	if v.SharedMemory {
+		extra = append(extra, "shared memory")
+	}
 	s := fmt.Sprintf("attempt %d: %s in %s", out.Attempt, kind, phase)
 	if len(extra) > 0 {
 		s += " (" + strings.Join(extra, ", ") + ")"
@@ -396,6 +404,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 	case m.fragmentation != nil && *m.fragmentation != v.Fragmentation:
 		return false
 	case m.otherProcesses != nil && *m.otherProcesses != v.OtherProcesses:
+		return false
+	case m.sharedMemory != nil && *m.sharedMemory != v.SharedMemory:
 		return false
 	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
 		return false

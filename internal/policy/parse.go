@@ -488,8 +488,16 @@ var kindAliases = map[string]string{
 
 func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
+	var shmAt *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "rank", "attempt", "peak") {
+	defer func() {
+		// Only a host_oom is ever one of shared memory: a rule that asks
+		// for it with other kinds only would never fire.
+		if shmAt != nil && m.sharedMemory != nil && *m.sharedMemory && m.kinds != nil && !slices.Contains(m.kinds, classify.KindHostOOM) {
+			w.at(shmAt, "%s shared_memory: true never holds for kind %s: only a host_oom is one of shared memory (/dev/shm); add host_oom to kind, or drop shared_memory", what, kindList(m.kinds))
+		}
+	}()
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "shared_memory", "rank", "attempt", "peak") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -521,6 +529,10 @@ func (w *walker) match(n *yaml.Node, what string) match {
 		case "other_processes":
 			b := w.boolean(f.val, what+" other_processes")
 			m.otherProcesses = &b
+		case "shared_memory":
+			b := w.boolean(f.val, what+" shared_memory")
+			m.sharedMemory = &b
+			shmAt = f.val
 		case "rank":
 			if f.val.Kind == yaml.SequenceNode {
 				for _, c := range f.val.Content {
@@ -538,6 +550,15 @@ func (w *walker) match(n *yaml.Node, what string) match {
 		}
 	}
 	return m
+}
+
+// kindList is "gpu_oom, crash" for messages.
+func kindList(ks []classify.Kind) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 var comparisonRE = regexp.MustCompile(`^\s*(>=|<=|>|<|==)?\s*(\d+)\s*$`)

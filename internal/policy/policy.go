@@ -201,6 +201,7 @@ type match struct {
 	phases         []classify.Phase // nil: any phase
 	fragmentation  *bool
 	otherProcesses *bool
+	sharedMemory   *bool // the host memory that ran out is /dev/shm (Verdict.SharedMemory)
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond
