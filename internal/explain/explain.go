@@ -419,6 +419,9 @@ func whereText(v classify.Verdict) string {
 	if v.Host != "" {
 		parts = append(parts, "host "+v.Host)
 	}
+	if v.Requester == classify.RequesterDataLoaderWorker {
+		parts = append(parts, "in a DataLoader worker")
+	}
 	if v.Step != nil {
 		parts = append(parts, fmt.Sprintf("step %d", *v.Step))
 	}

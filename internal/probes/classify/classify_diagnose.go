@@ -299,7 +299,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		d = append(d, "Retrying with less memory will not help.")
 		if v.Text != "" {
-			d = append(d, "The line: "+v.Text)
+			// Quoted, so that the sentences after it do not read as part
+			// of it.
+			d = append(d, "The line: \""+v.Text+"\".")
 		}
 		if f != nil {
 			add(crashAdvice(f)...)
