@@ -42,13 +42,18 @@ type ClassifierOptions struct {
 //     and an escape, as some log collectors write them) are honoured.
 //   - A literal prefilter (classify_scan.go) picks the detectors that may
 //     match; detectors are plain byte comparisons, most specific first.
-//   - The first failure wins, except that a failure of a stronger class
-//     replaces a weaker one: a memory failure (gpu_oom, cpu_alloc_oom,
-//     host_oom) beats a specific crash (illegal memory access, NCCL timeout,
-//     NaN loss, ImportError, ...), which beats a generic one (any other Python
-//     exception, a non-zero exit). Later lines of the same report (the rest of
-//     a hard-wrapped message, torchrun's root-cause block, Slurm's and the
-//     kernel's follow-up lines) refine the first one.
+//   - The first cause wins over its consequences (first_failure.go): what
+//     other ranks print once one has failed (a collective timeout or abort,
+//     a peer's broken connection, a rank torn down, an absurd allocation
+//     beside a collective failure) never replaces a cause, and a cause
+//     printed after one replaces it. Between causes the first wins, except
+//     that a failure of a stronger class replaces a weaker one: a memory
+//     failure (gpu_oom, cpu_alloc_oom, host_oom) beats a specific crash
+//     (illegal memory access, NaN loss, ImportError, ...), which beats a
+//     generic one (any other Python exception, a non-zero exit). Later lines
+//     of the same report (the rest of a hard-wrapped message, torchrun's
+//     root-cause block, Slurm's and the kernel's follow-up lines) refine the
+//     first one.
 //   - The step is the job's training step (a global step, an iteration, an
 //     optimizer update: see StepKind and step.go); a progress bar's position
 //     within an epoch is kept, with the epoch, only while no training step
@@ -58,7 +63,9 @@ type ClassifierOptions struct {
 //     one counter (the training step, the position within the epoch, another
 //     bar) advancing twice after the failure line, the error was caught and
 //     handled (an OOM retried by the framework, an exception logged by a
-//     callback). The diagnosis still mentions it.
+//     callback). An OOM the program says it caught (fairseq, Ultralytics'
+//     CPU fallback) needs one advance, and gives way to any later failure
+//     that is not a consequence. The diagnosis still mentions it.
 //   - The phase at a failure is the phase in effect at its line; when none
 //     was seen yet, a progress bar redrawn within the next 5 lines supplies it
 //     (tqdm redraws the bar of the phase that was running when a traceback
