@@ -136,7 +136,9 @@ func (c *Classifier) applyExit(e Exit, f *failure, handled []handledFailure) (*f
 			return nil, handled, "gpuguard stopped the job (it " + status + ")."
 		}
 		return f, handled, "gpuguard stopped the job after the failure (it " + status + ")."
-	case e.CgroupOOMKills > 0 && (f == nil || f.kind == KindHostOOM || f.kind == KindCrash && (f.class == classGeneric || killed)):
+	case e.CgroupOOMKills > 0 && (f == nil || f.kind == KindHostOOM || f.kind == KindCrash && (f.class == classGeneric || killed || f.conseq != conseqNone)):
+		// A consequence (another rank's timeout, a broken pipe) is not
+		// the cause when the OOM killer killed one of the job's processes.
 		note := fmt.Sprintf("The memory cgroup's OOM killer killed %d process(es) during the run, and the job %s.", e.CgroupOOMKills, status)
 		if f != nil && f.kind == KindHostOOM {
 			f.lowConf = false

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/lines"
 )
 
 // The logs of testdata/consequences are multi-rank and multi-process logs
@@ -214,4 +216,32 @@ func TestRecoveryLineScope(t *testing.T) {
 	if v.Kind != KindGPUOOM {
 		t.Errorf("rank 0's marker made rank 1's OOM caught: %s %q", v.Kind, v.Reason)
 	}
+}
+
+// A rank the cgroup's OOM killer killed is the cause of the others'
+// timeout, though the log shows only the timeout.
+func TestConsequenceThenCgroupKill(t *testing.T) {
+	c, err := NewClassifier(ClassifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	classifyInto(c, ffTimeout)
+	c.Exit(Exit{Code: 1, CgroupOOMKills: 1})
+	v := c.Verdict()
+	if v.Kind != KindHostOOM || !strings.Contains(v.Diagnosis, "(NCCL timeout) followed from it") {
+		t.Errorf("verdict %s %q: %s", v.Kind, v.Reason, v.Diagnosis)
+	}
+	// Without the kill the timeout stays.
+	c, _ = NewClassifier(ClassifierOptions{})
+	classifyInto(c, ffTimeout)
+	c.Exit(Exit{Code: 1})
+	if v := c.Verdict(); v.Kind != KindCrash || v.Reason != "NCCL timeout" {
+		t.Errorf("verdict %s %q", v.Kind, v.Reason)
+	}
+}
+
+func classifyInto(c *Classifier, log string) {
+	s := lines.New(lines.DefaultMax, c.Line)
+	s.Write([]byte(log))
+	s.Flush()
 }
