@@ -53,6 +53,11 @@ func TestFirstFailureSamples(t *testing.T) {
 			diag: []string{"It asked for 2.02 GiB on GPU 0", "no training step was printed after it"}},
 		{file: "ultralytics-cpu-fallback-then-oom.log", kind: KindGPUOOM, reason: "CUDA out of memory", line: 10, rank: -1,
 			diag: []string{"An earlier failure at line 3 (GPU out of memory (caught: the program fell back to the CPU))"}},
+		{file: "ultralytics-cpu-fallback-trains-on.log", kind: KindNone, rank: -1,
+			diag: []string{"An earlier failure at line 3 (GPU out of memory (caught: the program fell back to the CPU)) did not stop the job"}},
+		// Lightning's batch-size finder catches its OOMs without printing
+		// them: nothing failed.
+		{file: "lightning-batch-size-finder.log", kind: KindNone, rank: -1, nodiag: []string{"earlier failure"}},
 	} {
 		t.Run(s.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", "consequences", s.file))
