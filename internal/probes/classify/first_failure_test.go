@@ -39,6 +39,12 @@ func TestFirstFailureSamples(t *testing.T) {
 			diag: []string{"SignalException: Process 30418 got signal: 15 on rank 0 (line 11)"}},
 		{file: "peer-reset-before-host-oom.log", kind: KindHostOOM, reason: "SIGKILL", line: 6, rank: -1,
 			diag: []string{"Connection closed by peer [10.20.0.7]:47113 on rank 0 (line 5), printed before it"}},
+		// A rank hung without a word: the watchdog's timeout is all there
+		// is, and torchrun's teardown (SIGTERM to the peer, the SIGABRT
+		// the watchdog raised, its ChildFailedError table) does not
+		// replace it; the table names the host.
+		{file: "torchrun-table-after-watchdog.log", kind: KindCrash, reason: "NCCL timeout", line: 2, rank: 0,
+			diag: []string{"on host gpu-node-04"}},
 		{file: "heartbeat-stuck-then-communicator-aborted.log", kind: KindCrash, reason: "NCCL timeout", line: 2, rank: 2,
 			diag: []string{"NCCL communicator was aborted on rank 1.) on rank 1 (line 3)"}},
 
