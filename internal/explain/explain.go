@@ -419,6 +419,9 @@ func whereText(v classify.Verdict) string {
 	if v.Host != "" {
 		parts = append(parts, "host "+v.Host)
 	}
+	if v.Requester == classify.RequesterDataLoaderWorker {
+		parts = append(parts, "in a DataLoader worker")
+	}
 	if v.Step != nil {
 		parts = append(parts, fmt.Sprintf("step %d", *v.Step))
 	}
@@ -436,7 +439,7 @@ func memoryText(v classify.Verdict) []string {
 	var out []string
 	var first []string
 	if o.RequestedBytes != nil {
-		first = append(first, "requested "+humanize.GiB(*o.RequestedBytes))
+		first = append(first, "requested "+humanize.Size(*o.RequestedBytes))
 	}
 	if o.Device != nil {
 		first = append(first, "on "+*o.Device)
@@ -446,32 +449,32 @@ func memoryText(v classify.Verdict) []string {
 	}
 	var dev []string
 	if o.TotalBytes != nil {
-		dev = append(dev, humanize.GiB(*o.TotalBytes)+" total")
+		dev = append(dev, humanize.Size(*o.TotalBytes)+" total")
 	}
 	if o.FreeBytes != nil {
-		dev = append(dev, humanize.GiB(*o.FreeBytes)+" free")
+		dev = append(dev, humanize.Size(*o.FreeBytes)+" free")
 	}
 	if len(dev) > 0 {
 		out = append(out, "device: "+strings.Join(dev, ", "))
 	}
 	var held []string
 	if o.InUseBytes != nil {
-		held = append(held, "this process "+humanize.GiB(*o.InUseBytes)+" in use")
+		held = append(held, "this process "+humanize.Size(*o.InUseBytes)+" in use")
 	}
 	if o.AllocatedBytes != nil {
-		held = append(held, humanize.GiB(*o.AllocatedBytes)+" allocated")
+		held = append(held, humanize.Size(*o.AllocatedBytes)+" allocated")
 	}
 	if o.ReservedUnallocatedBytes != nil {
-		held = append(held, humanize.GiB(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
+		held = append(held, humanize.Size(*o.ReservedUnallocatedBytes)+" reserved but unallocated")
 	}
 	if o.ReservedTotalBytes != nil {
-		held = append(held, humanize.GiB(*o.ReservedTotalBytes)+" reserved in total")
+		held = append(held, humanize.Size(*o.ReservedTotalBytes)+" reserved in total")
 	}
 	if len(held) > 0 {
 		out = append(out, "held: "+strings.Join(held, ", "))
 	}
 	for _, p := range o.OtherProcesses {
-		out = append(out, fmt.Sprintf("other process %d: %s", p.PID, humanize.GiB(p.Bytes)))
+		out = append(out, fmt.Sprintf("other process %d: %s", p.PID, humanize.Size(p.Bytes)))
 	}
 	if o.RequestedBytes != nil && o.ReservedUnallocatedBytes != nil {
 		yes := "no"

@@ -107,11 +107,11 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	}
 	ceiling := total * (1 - *a.headroom)
 	need := inUse + req
-	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.GiB(int64(ceiling)), humanize.GiB(int64(total)), pct(*a.headroom))
+	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), humanize.Size(int64(total)), pct(*a.headroom))
 	figures := fmt.Sprintf("%s needed at least %s (%s %s + the %s request), over %s",
-		formatNumber(v, v == math.Trunc(v)), humanize.GiB(int64(need)), humanize.GiB(int64(inUse)), used, humanize.GiB(int64(req)), under)
+		formatNumber(v, v == math.Trunc(v)), humanize.Size(int64(need)), humanize.Size(int64(inUse)), used, humanize.Size(int64(req)), under)
 	if need <= ceiling {
-		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", formatNumber(v, v == math.Trunc(v)), humanize.GiB(int64(need)), under)
+		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", formatNumber(v, v == math.Trunc(v)), humanize.Size(int64(need)), under)
 	}
 	root := func(x float64) float64 {
 		if a.scaling == "quadratic" {

@@ -36,7 +36,7 @@ func TestFit(t *testing.T) {
 		{"multiple_of and headroom", "{fit: a, multiple_of: 8, headroom: 5%}", Values{"a": Text("64")}, oomFigures(80, 30, 40),
 			"a 64→40; fit: 64 needed at least 90.00 GiB (50.00 GiB in use + the 40.00 GiB request), over the 76.00 GiB ceiling (80.00 GiB less 5% headroom); ~41 if"},
 		{"quadratic, a crop size", "{fit: a, scaling: quadratic, multiple_of: 32}", Values{"a": Text("1024")}, oomFigures(80, 30, 40),
-			"a 1024→736; fit: 1024 needed at least 90.00 GiB (50.00 GiB in use + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~759 if what was in use is fixed and the request grows by ~40 KiB per unit²; at most 915 if all of it grows with a; taking that estimate"},
+			"a 1024→736; fit: 1024 needed at least 90.00 GiB (50.00 GiB in use + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~759 if what was in use is fixed and the request grows by ~40.0 KiB per unit²; at most 915 if all of it grows with a; taking that estimate"},
 		{"the measured peak, when higher, counts as in use; an estimate below half takes half", "fit: a", Values{"a": Text("64")}, withPeak,
 			"a 64→32; fit: 64 needed at least 104.00 GiB (64.00 GiB in use at the measured peak + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); ~12 if what was in use is fixed and the request grows by ~640 MiB per unit; at most 44 if all of it grows with a; taking half the value: that estimate is lower, and pessimistic when more than the request grows with a"},
 		{"a request above all PyTorch held: the estimate, below half", "fit: a", Values{"a": Text("64")}, bigRequest,

@@ -190,9 +190,14 @@ func (d Decision) Describe() string {
 // Relaunch decisions carry the backoff: backoff.initial × factor^n for the
 // n-th relaunch (from 0), at most backoff.max, spread by ±jitter using
 // out.Rand, and never above max.
-func (p *Policy) Decide(st State, out Outcome) Decision {
+func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 	st = st.clone()
-	d := Decision{State: st}
+	d = Decision{State: st}
+	defer func() {
+		if d.Verb == GiveUp && out.Verdict.SharedMemory {
+			d.Reason += "; /dev/shm is too small for the job as it is: give it a larger one (docker run --shm-size, or --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm), which gpuguard cannot do"
+		}
+	}()
 	kind := out.Verdict.Kind
 	if out.Exit.Code == 0 && out.Exit.Signal == 0 {
 		d.Verb, d.Reason = Done, "the job exited with status 0"
@@ -355,7 +360,7 @@ func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out
 		is = "are"
 	}
 	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s",
-		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.GiB(*v.OOM.RequestedBytes), phase), true
+		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.Size(*v.OOM.RequestedBytes), phase), true
 }
 
 func isOOM(k classify.Kind) bool {
@@ -382,6 +387,9 @@ func describeFailure(kind classify.Kind, out Outcome) string {
 	if v.Build {
 		extra = append(extra, "a compiler killed while building an extension")
 	}
+	if v.SharedMemory {
+		extra = append(extra, "shared memory")
+	}
 	s := fmt.Sprintf("attempt %d: %s in %s", out.Attempt, kind, phase)
 	if len(extra) > 0 {
 		s += " (" + strings.Join(extra, ", ") + ")"
@@ -401,6 +409,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 	case m.otherProcesses != nil && *m.otherProcesses != v.OtherProcesses:
 		return false
 	case m.build != nil && *m.build != v.Build:
+		return false
+	case m.sharedMemory != nil && *m.sharedMemory != v.SharedMemory:
 		return false
 	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
 		return false

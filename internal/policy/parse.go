@@ -488,9 +488,9 @@ var kindAliases = map[string]string{
 
 func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
-	var buildKey *yaml.Node
+	var buildKey, shmKey *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "rank", "attempt", "peak") {
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "rank", "attempt", "peak") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -526,6 +526,10 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			b := w.boolean(f.val, what+" build")
 			m.build = &b
 			buildKey = f.key
+		case "shared_memory":
+			b := w.boolean(f.val, what+" shared_memory")
+			m.sharedMemory = &b
+			shmKey = f.key
 		case "rank":
 			if f.val.Kind == yaml.SequenceNode {
 				for _, c := range f.val.Content {
@@ -542,10 +546,20 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			}
 		}
 	}
-	if buildKey != nil && *m.build && m.kinds != nil && !slices.Contains(m.kinds, classify.KindHostOOM) {
-		w.at(buildKey, "%s: build: true matches only host_oom (a compiler killed while building an extension), and kind is %s: add host_oom to kind or drop build", what, kindList(m.kinds))
-	}
+	// build and shared_memory are kinds of host_oom: beside kinds without
+	// it, the rule could never fire.
+	w.onlyHostOOM(m, buildKey, m.build, "build", "a compiler killed while building an extension", what)
+	w.onlyHostOOM(m, shmKey, m.sharedMemory, "shared_memory", "the shared memory of /dev/shm", what)
 	return m
+}
+
+// onlyHostOOM reports a condition that holds only for a host_oom
+// (key: true) in a rule whose kinds exclude host_oom.
+func (w *walker) onlyHostOOM(m match, key *yaml.Node, cond *bool, name, means, what string) {
+	if key == nil || cond == nil || !*cond || m.kinds == nil || slices.Contains(m.kinds, classify.KindHostOOM) {
+		return
+	}
+	w.at(key, "%s: %s: true matches only host_oom (%s), and kind is %s: add host_oom to kind or drop %s", what, name, means, kindList(m.kinds), name)
 }
 
 // kindList is kinds as a policy file writes them: "gpu_oom" or "[gpu_oom, crash]".

@@ -202,6 +202,7 @@ type match struct {
 	fragmentation  *bool
 	otherProcesses *bool
 	build          *bool // Verdict.Build: a compiler killed building an extension (host_oom)
+	sharedMemory   *bool // the host memory that ran out is /dev/shm (Verdict.SharedMemory)
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond

@@ -600,13 +600,13 @@ func oomLabel(a *Attempt) string {
 	if o := v.OOM; o != nil {
 		var fig []string
 		if o.RequestedBytes != nil {
-			fig = append(fig, "asked "+humanize.Bytes(uint64(*o.RequestedBytes)))
+			fig = append(fig, "asked "+humanize.Size(*o.RequestedBytes))
 		}
 		switch {
 		case o.FreeBytes != nil && o.TotalBytes != nil:
-			fig = append(fig, humanize.Bytes(uint64(*o.FreeBytes))+" free of "+humanize.Bytes(uint64(*o.TotalBytes)))
+			fig = append(fig, humanize.Size(*o.FreeBytes)+" free of "+humanize.Size(*o.TotalBytes))
 		case o.FreeBytes != nil:
-			fig = append(fig, humanize.Bytes(uint64(*o.FreeBytes))+" free")
+			fig = append(fig, humanize.Size(*o.FreeBytes)+" free")
 		}
 		if len(fig) > 0 {
 			s += "\n" + strings.Join(fig, ", ")

@@ -49,7 +49,7 @@ func TestReportFixtureText(t *testing.T) {
 		"settings:   batch_size=32 val_crop_size=1024 workers=8",
 		"env:        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
 		"verdict:    gpu_oom in val: CUDA out of memory (rank 0) at line 1507, tried to allocate 2.25 GiB with 1.12 GiB free",
-		"val     gpu0       39.98 GiB of 40.00 GiB  100.0%  headroom 20 MiB",
+		"val     gpu0       39.98 GiB of 40.00 GiB  100.0%  headroom 19.7 MiB",
 		"decision:   relaunch (rule val-oom, step 1): val_crop_size 1024 → 768;",
 		"from outputs/ckpt/epoch_002.pt",
 		"resumed:    from outputs/ckpt/epoch_002.pt",

@@ -186,9 +186,9 @@ func verdictText(v *classify.Verdict) string {
 		s += fmt.Sprintf(" at line %d", v.Line)
 	}
 	if v.OOM != nil && v.OOM.RequestedBytes != nil {
-		s += ", tried to allocate " + humanize.Bytes(uint64(max(*v.OOM.RequestedBytes, 0)))
+		s += ", tried to allocate " + humanize.Size(*v.OOM.RequestedBytes)
 		if v.OOM.FreeBytes != nil {
-			s += " with " + humanize.Bytes(uint64(max(*v.OOM.FreeBytes, 0))) + " free"
+			s += " with " + humanize.Size(*v.OOM.FreeBytes) + " free"
 		}
 	}
 	if v.Fragmentation {

@@ -45,12 +45,12 @@ func describeFailure(n int, v classify.Verdict) string {
 		s += fmt.Sprintf(" on rank %d", *v.Rank)
 	}
 	if o := v.OOM; o != nil && o.RequestedBytes != nil {
-		s += " (asked " + humanize.GiBFigure(*o.RequestedBytes) + " GiB"
+		s += " (asked " + humanize.Size(*o.RequestedBytes)
 		if o.FreeBytes != nil && o.TotalBytes != nil {
-			s += ", " + humanize.GiBFigure(*o.FreeBytes) + " free of " + humanize.GiBFigure(*o.TotalBytes)
+			s += ", " + humanize.Size(*o.FreeBytes) + " free of " + humanize.Size(*o.TotalBytes)
 		}
 		if v.Fragmentation && o.ReservedUnallocatedBytes != nil {
-			s += ", " + humanize.GiBFigure(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
+			s += ", " + humanize.Size(*o.ReservedUnallocatedBytes) + " reserved but unallocated"
 		}
 		s += ")"
 	}

@@ -42,13 +42,18 @@ type ClassifierOptions struct {
 //     and an escape, as some log collectors write them) are honoured.
 //   - A literal prefilter (classify_scan.go) picks the detectors that may
 //     match; detectors are plain byte comparisons, most specific first.
-//   - The first failure wins, except that a failure of a stronger class
-//     replaces a weaker one: a memory failure (gpu_oom, cpu_alloc_oom,
-//     host_oom) beats a specific crash (illegal memory access, NCCL timeout,
-//     NaN loss, ImportError, ...), which beats a generic one (any other Python
-//     exception, a non-zero exit). Later lines of the same report (the rest of
-//     a hard-wrapped message, torchrun's root-cause block, Slurm's and the
-//     kernel's follow-up lines) refine the first one.
+//   - The first cause wins over its consequences (first_failure.go): what
+//     other ranks print once one has failed (a collective timeout or abort,
+//     a peer's broken connection, a rank torn down, an absurd allocation
+//     beside a collective failure) never replaces a cause, and a cause
+//     printed after one replaces it. Between causes the first wins, except
+//     that a failure of a stronger class replaces a weaker one: a memory
+//     failure (gpu_oom, cpu_alloc_oom, host_oom) beats a specific crash
+//     (illegal memory access, NaN loss, ImportError, ...), which beats a
+//     generic one (any other Python exception, a non-zero exit). Later lines
+//     of the same report (the rest of a hard-wrapped message, torchrun's
+//     root-cause block, Slurm's and the kernel's follow-up lines) refine the
+//     first one.
 //   - The step is the job's training step (a global step, an iteration, an
 //     optimizer update: see StepKind and step.go); a progress bar's position
 //     within an epoch is kept, with the epoch, only while no training step
@@ -58,7 +63,9 @@ type ClassifierOptions struct {
 //     one counter (the training step, the position within the epoch, another
 //     bar) advancing twice after the failure line, the error was caught and
 //     handled (an OOM retried by the framework, an exception logged by a
-//     callback). The diagnosis still mentions it.
+//     callback). An OOM the program says it caught (fairseq, Ultralytics'
+//     CPU fallback) needs one advance, and gives way to any later failure
+//     that is not a consequence. The diagnosis still mentions it.
 //   - The phase at a failure is the phase in effect at its line; when none
 //     was seen yet, a progress bar redrawn within the next 5 lines supplies it
 //     (tqdm redraws the bar of the phase that was running when a traceback
@@ -92,6 +99,7 @@ type Classifier struct {
 	// failures
 	cur     *failure
 	handled []handledFailure
+	notes   []failureNote // failures set aside as consequences of the verdict's, or replaced (first_failure.go)
 	pend    pendingMsg
 	block   rootCauseBlock
 	abUntil int // AutoBatch probing: OOM text until this line is the probe's
@@ -181,6 +189,10 @@ type failure struct {
 
 	wrapped string // an incomplete PyTorch OOM message, to be continued
 	exc     string // for a Python exception line: the exception's type
+
+	conseq uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
+	caught bool  // an OOM the framework says it caught and went on from
+	worker bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
 }
 
 // handledFailure is a failure that training survived.
@@ -349,7 +361,16 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	// error happened in.
 	c.detectPhaseLine(t, h, phaseShape)
 	if h.any(&failureKeywords) || failShape {
-		if f, ok := c.detectFailure(t, h); ok {
+		f, ok := c.detectFailure(t, h)
+		if !ok && (h.has(kwOOM) || h.has(kwMemoryError)) {
+			// A framework's word that it caught an OOM (first_failure.go).
+			if h.has(kwMemoryError) {
+				f, ok = fallbackOOM(t)
+			} else {
+				c.recoveryLine(t)
+			}
+		}
+		if ok {
 			c.record(f, rank, t, full)
 			if cur := c.cur; cur != nil && cur.wrapped != "" {
 				if cur.line == c.num {
@@ -622,7 +643,7 @@ func (c *Classifier) tick(f *failure, slot int, pos place) {
 	}
 	f.base[slot] = pos
 	f.ticks[slot]++
-	if f.ticks[slot] >= 2 {
+	if f.ticks[slot] >= 2 || f.caught {
 		if len(c.handled) < 4 {
 			c.handled = append(c.handled, handledFailure{kind: f.kind, reason: f.reason, line: f.line})
 		}
@@ -649,7 +670,8 @@ func (c *Classifier) emit(e Event) {
 	}
 }
 
-// record adopts a candidate failure found on the current line.
+// record adopts a candidate failure found on the current line, or folds it
+// into the current one, or sets it aside (first_failure.go has the rule).
 func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	f.detail = clipText(f.detail, maxDetail)
 	if f.rank < 0 {
@@ -658,24 +680,49 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	if f.rank < 0 {
 		f.rank = rankInText(t)
 	}
+	if f.oom != nil && f.oom.Format == "caught" {
+		f.caught = true
+		caughtFigures(&f, t)
+	}
+	classifyConsequence(&f, t)
+	if f.family == "dataloader" || bHas(t, "in DataLoader worker process") {
+		f.worker = true
+	}
 	cur := c.cur
-	if cur != nil {
-		if f.class > cur.class {
-			if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
-				// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
-				// then "(0) Resource exhausted: OOM when allocating ...".
-				f.oom.Exception = cur.exc
-			}
-			c.pend = pendingMsg{}
-			c.adopt(f, t, full)
-			return
-		}
-		if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
-			c.merge(cur, &f)
-		}
+	if cur == nil {
+		c.adopt(f, t, full)
 		return
 	}
-	c.adopt(f, t, full)
+	if supersedes(cur, &f) {
+		if f.oom != nil && f.oom.Exception == "" && cur.exc != "" && c.num-cur.line <= 3 {
+			// TensorFlow: "ResourceExhaustedError: 2 root error(s) found."
+			// then "(0) Resource exhausted: OOM when allocating ...".
+			f.oom.Exception = cur.exc
+		}
+		if f.class == classMemory && !f.worker && cur.worker && c.num-cur.lastLine <= 40 {
+			// "RuntimeError: Caught RuntimeError in DataLoader worker
+			// process 3." then the worker's own traceback, ending in the
+			// allocator's error.
+			f.worker = true
+		}
+		switch {
+		case cur.caught:
+			c.note(cur, noteCaught)
+		case cur.conseq != conseqNone:
+			c.note(cur, noteReplaced)
+		}
+		c.pend = pendingMsg{}
+		c.adopt(f, t, full)
+		return
+	}
+	if f.conseq != conseqNone && (cur.conseq == conseqNone || f.family != cur.family) {
+		f.line = c.num
+		c.note(&f, noteConsequence)
+		return
+	}
+	if f.kind == cur.kind && c.num-cur.lastLine <= 30 && (f.rank < 0 || cur.rank < 0 || f.rank == cur.rank) {
+		c.merge(cur, &f)
+	}
 }
 
 func (c *Classifier) adopt(f failure, t, full []byte) {
@@ -689,7 +736,7 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 		nf.allowTable = c.num + 8
 	}
 	c.cur = &nf
-	if nf.oom != nil && nf.oom.Format == "caught" {
+	if nf.caught {
 		// The framework says it handled the OOM (fairseq: "ran out of
 		// memory, skipping batch"): no live failure event, which would start
 		// the supervisor's grace period on a job that goes on. The verdict
@@ -730,6 +777,9 @@ func (c *Classifier) merge(cur, f *failure) {
 	}
 	if !f.lowConf {
 		cur.lowConf = false
+	}
+	if f.worker {
+		cur.worker = true
 	}
 	if f.shm && !cur.shm {
 		// "DataLoader worker exited unexpectedly", then the worker's own

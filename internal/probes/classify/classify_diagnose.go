@@ -5,41 +5,15 @@ package classify
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
 )
 
-// sizeWords states a size in the unit that reads best: GiB with two
-// decimals from 1 GiB up (as OOM messages print the figures compared with
-// it), else the largest unit in which it is at least 1, with three
-// significant digits as NumPy prints them: "15.82 GiB", "300 MiB", "12.0
-// MiB", "3.25 MiB", "812 KiB", "512 bytes". Two decimals of GiB would say
-// "0.01 GiB" for 12 MiB.
-func sizeWords(b int64) string {
-	const kib, mib, gib = 1 << 10, 1 << 20, 1 << 30
-	if b >= gib || b <= -gib {
-		return strconv.FormatFloat(float64(b)/gib, 'f', 2, 64) + " GiB"
-	}
-	unit, div := "bytes", int64(1)
-	switch a := max(b, -b); {
-	case a >= mib:
-		unit, div = "MiB", mib
-	case a >= kib:
-		unit, div = "KiB", kib
-	default:
-		return strconv.FormatInt(b, 10) + " bytes"
-	}
-	v := float64(b) / float64(div)
-	prec := 0
-	switch a := max(v, -v); {
-	case a < 9.995:
-		prec = 2
-	case a < 99.95:
-		prec = 1
-	}
-	return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit
-}
+// sizeWords states a size in the unit that reads best: humanize.Size
+// ("15.82 GiB", "12.0 MiB", "812 KiB"), the one way gpuguard writes a size.
+func sizeWords(b int64) string { return humanize.Size(b) }
 
 // Fragmentation rule.
 //
@@ -118,6 +92,9 @@ func (c *Classifier) Verdict() Verdict {
 		}
 		v.SharedMemory = f.shm
 		v.Build = f.family == buildFamily
+		if f.worker && f.class == classMemory {
+			v.Requester = RequesterDataLoaderWorker
+		}
 		if f.oom != nil {
 			o := *f.oom
 			o.OtherProcesses = append([]ProcUse(nil), f.oom.OtherProcesses...)
@@ -160,7 +137,9 @@ func (c *Classifier) applyExit(e Exit, f *failure, handled []handledFailure) (*f
 			return nil, handled, "gpuguard stopped the job (it " + status + ")."
 		}
 		return f, handled, "gpuguard stopped the job after the failure (it " + status + ")."
-	case e.CgroupOOMKills > 0 && (f == nil || f.kind == KindHostOOM || f.kind == KindCrash && (f.class == classGeneric || killed)):
+	case e.CgroupOOMKills > 0 && (f == nil || f.kind == KindHostOOM || f.kind == KindCrash && (f.class == classGeneric || killed || f.conseq != conseqNone)):
+		// A consequence (another rank's timeout, a broken pipe) is not
+		// the cause when the OOM killer killed one of the job's processes.
 		note := fmt.Sprintf("The memory cgroup's OOM killer killed %d process(es) during the run, and the job %s.", e.CgroupOOMKills, status)
 		if f != nil && f.kind == KindHostOOM {
 			f.lowConf = false
@@ -266,14 +245,17 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.detail != "" {
 			d = append(d, sentence(f.detail))
 		}
+		if v.Requester == RequesterDataLoaderWorker {
+			d = append(d, "It failed inside a DataLoader worker, whose exception the main process raised again.")
+		}
 		if v.OOM != nil && v.OOM.RequestedBytes != nil {
 			d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
 			if *v.OOM.RequestedBytes >= 64<<30 {
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
 		}
-		add("Hold less in host RAM: fewer DataLoader workers (num_workers), pin_memory=False, a smaller prefetch_factor, and load the dataset lazily instead of into memory.",
-			"Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
+		hostAdvice(v, add)
+		add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:
 		s := "The job was killed for host memory (RAM)"
 		why := v.Reason
@@ -311,8 +293,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "container" {
 			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
 		}
-		add("Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects.",
-			"Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), and lower prefetch_factor.")
+		hostAdvice(v, add)
 		if f == nil || f.family != "slurm" && f.family != "container" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
@@ -329,7 +310,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		d = append(d, "Retrying with less memory will not help.")
 		if v.Text != "" {
-			d = append(d, "The line: "+v.Text)
+			// Quoted, so that the sentences after it do not read as part
+			// of it.
+			d = append(d, "The line: \""+v.Text+"\".")
 		}
 		if f != nil {
 			add(crashAdvice(f)...)
@@ -347,6 +330,15 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		}
 		d = append(d, sentence(s))
 	}
+	if f != nil && v.Kind != KindNone {
+		if f.conseq == conseqAbsurd {
+			d = append(d, "The request is absurd (a petabyte or more): a size computed wrong, or the consequence of a collective operation that failed on another rank; no memory setting makes it fit.")
+		}
+		if f.caught {
+			d = append(d, "The program caught this out-of-memory error to go on, but no training step was printed after it: the job ended there.")
+		}
+		d = append(d, noteWords(c.notes)...)
+	}
 	for _, h := range handled {
 		d = append(d, sentence(fmt.Sprintf("An earlier failure at line %d (%s) did not stop the job: training went on after it", h.line, h.reason)))
 	}
@@ -354,6 +346,33 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		d = append(d, exitNote)
 	}
 	return strings.Join(d, " "), sug
+}
+
+// Host-memory advice, by phase and by what asked for the memory.
+const (
+	adviceWorkers     = "Use fewer DataLoader workers (num_workers) and set pin_memory=False: every worker holds its own copy of what the dataset object keeps in Python objects, and its prefetched batches."
+	adviceWorkersData = "Keep the dataset out of Python lists and dicts in RAM (numpy arrays or memory-mapped files are shared between workers), load samples lazily, and lower prefetch_factor."
+	adviceValCrop     = "Validation holds too much in host RAM in the main process: validate on crops or tiles instead of full-resolution inputs (a smaller validation crop size, e.g. VAL_CROP_SIZE, or a lower eval resolution), and accumulate metrics batch by batch instead of keeping every prediction."
+	adviceTrainHost   = "The training step built too large a tensor in host RAM: lower the batch size or the input size, and check the shape of what is built on the CPU (a collate function, a CPU-side augmentation, gathered outputs)."
+)
+
+// hostAdvice suggests how to hold less in host RAM, by what asked for the
+// memory and the phase: a DataLoader worker's allocation calls for fewer
+// workers; the main process's in validation for smaller validation inputs,
+// where fewer workers would not help.
+func hostAdvice(v *Verdict, add func(...string)) {
+	switch {
+	case v.Requester == RequesterDataLoaderWorker:
+		add(adviceWorkers, adviceWorkersData)
+	case v.Phase == PhaseVal && v.Kind == KindCPUAllocOOM:
+		add(adviceValCrop)
+	case v.Phase == PhaseVal:
+		add(adviceValCrop, adviceWorkers)
+	case v.Phase == PhaseTrain && v.Kind == KindCPUAllocOOM:
+		add(adviceTrainHost, adviceWorkers)
+	default:
+		add(adviceWorkers, adviceWorkersData)
+	}
 }
 
 func phaseWord(p Phase) string {

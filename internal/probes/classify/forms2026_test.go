@@ -216,7 +216,7 @@ func TestBackendForms(t *testing.T) {
 		{name: "JAX size in TiB, newest module name", log: "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50TiB. [executable_name='jit_train_step']\n",
 			kind: KindGPUOOM, rank: -1, check: func(t *testing.T, v Verdict) {
 				oomWant{format: "xla_resource_exhausted", exception: "jax.errors.JaxRuntimeError", requested: 3 << 39, free: -1, tot: -1}.check(t, v)
-				says(t, v, []string{"It asked for 1536.00 GiB"}, []string{"XLA_PYTHON_CLIENT_MEM_FRACTION"}, nil)
+				says(t, v, []string{"It asked for 1.50 TiB"}, []string{"XLA_PYTHON_CLIENT_MEM_FRACTION"}, nil)
 			}},
 		{name: "jaxlib._jax Attempting to allocate", log: "jaxlib._jax.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 12.00G. That was not possible. There are 3.25G free.; (0x0x0_HBM0)\n",
 			kind: KindGPUOOM, rank: -1, check: func(t *testing.T, v Verdict) {

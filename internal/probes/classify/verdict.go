@@ -97,11 +97,20 @@ type Verdict struct {
 	// extension at start-up (a host_oom): the remedy is fewer parallel
 	// build jobs (MAX_JOBS), not a smaller batch.
 	Build bool `json:"build,omitempty"`
+	// Requester: what asked for the memory that ran out, where the log
+	// shows it: RequesterDataLoaderWorker when the allocation failed inside
+	// a DataLoader worker ("Caught RuntimeError in DataLoader worker process
+	// 3", a worker killed for memory). Empty when the log does not say.
+	Requester string `json:"requester,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
 	Suggestions []string    `json:"suggestions"`
 }
+
+// RequesterDataLoaderWorker is Verdict.Requester for memory a DataLoader
+// worker asked for.
+const RequesterDataLoaderWorker = "dataloader_worker"
 
 // StepKind is the kind of counter a step is. Steps of different kinds are
 // not compared: a bar's batch 29 of epoch 3 says nothing about training step
