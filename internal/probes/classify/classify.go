@@ -83,6 +83,7 @@ type Classifier struct {
 	stText       []byte   // the line st was read from, bounded by maxStepText
 	stCut        uint8    // where stText was cut from its line: cutStart, cutEnd
 	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
+	bareTrain    bool     // SpeechBrain's bare training bar was seen: a bare bar without its "train_loss=" is validation
 	marks        []PhaseMark
 	marksDropped int
 	last         [nSlots]place // the last position read, per kind of counter
@@ -427,8 +428,17 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 		// total is the run's total optimization steps, and it counts them:
 		// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
 		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && tot == c.optSteps {
-			*r = newPhaseHit(PhaseNone)
+			*r = newPhaseHit(PhaseTrain) // redrawn when training goes on after an evaluation
 			r.global(cur, tot)
+			ok = true
+		}
+	}
+	if !ok && anchored && c.bareTrain {
+		// SpeechBrain validates with a bare bar after its training bar
+		// (whose postfix shows "train_loss="); a frame at 0 may be either.
+		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && cur > 0 {
+			*r = newPhaseHit(PhaseVal)
+			r.cur, r.tot, r.done = cur, tot, cur == tot
 			ok = true
 		}
 	}
@@ -442,7 +452,13 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.explicit {
 		c.explicit = true
 	}
+	if r.bareTrain {
+		c.bareTrain = true
+	}
 	p := r.phase
+	if r.follow && p == PhaseNone {
+		p = c.phase // a bar both phases draw (Paddle's "step 10/938 - loss: ...")
+	}
 	if c.explicit && !r.explicit {
 		p = c.phase // explicit markers rule; other lines only count steps
 	}

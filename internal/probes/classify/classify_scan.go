@@ -89,6 +89,10 @@ const (
 	kwParenVal
 	kwParenTest
 	kwParenTrain
+	kwEvalCap  // "Eval": Paddle's "Eval begin...", Composer's "[Eval batch=", PaddleDetection's "Eval iter:"
+	kwPredict  // Lightning's "Predicting DataLoader 0:"
+	kwBatchEq  // Composer's console logger "[batch=16/100]:"
+	kwBaPerSec // Composer's progress bars count batches: "4.51ba/s"
 	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
 	kwOctalEsc // a literal "#033" (escape)
 
@@ -169,6 +173,10 @@ var kwTable = []kwEntry{
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},
+	{kwEvalCap, "Eval", false},
+	{kwPredict, "Predicting", false},
+	{kwBatchEq, "[batch=", false},
+	{kwBaPerSec, "ba/s", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
 }
