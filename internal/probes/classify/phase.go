@@ -664,7 +664,7 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 					r.step, r.stepTot, r.kind = -1, -1, kindNone
 					return true
 				}
-				if !startsWithStep(tl) && mentionsEval(t) {
+				if mentionsEval(t) && (!startsWithStep(tl) || indexFoldASCII(t, "train") < 0) {
 					// "validation loss at iteration 1000 | lm loss value: 4.2",
 					// "val step=10 loss=2.2": the training step, not a training line.
 					r.phase = PhaseNone
