@@ -46,17 +46,17 @@ func init() {
 
 // phaseHit is what a phase detector found on a line.
 type phaseHit struct {
-	phase    Phase
-	done     bool   // the line ends (or reports the results of) a validation
-	combined bool   // a Lightning "Epoch N:" bar, which also counts validation batches
-	explicit bool   // a "gpuguard: phase=" line
-	follow   bool   // a bar that training and evaluation both draw: the line is in the phase in effect
-	bareTrain bool  // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
-	nan      bool   // the line reports a NaN or infinite loss
-	banner   bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
-	kind     kindID // the kind of step
-	epoch    int64  // -1: not printed
-	cur, tot int64  // the line's progress counter (i/N), -1: none
+	phase     Phase
+	done      bool   // the line ends (or reports the results of) a validation
+	combined  bool   // a Lightning "Epoch N:" bar, which also counts validation batches
+	explicit  bool   // a "gpuguard: phase=" line
+	follow    bool   // a bar that training and evaluation both draw: the line is in the phase in effect
+	bareTrain bool   // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
+	nan       bool   // the line reports a NaN or infinite loss
+	banner    bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
+	kind      kindID // the kind of step
+	epoch     int64  // -1: not printed
+	cur, tot  int64  // the line's progress counter (i/N), -1: none
 
 	// The step the line shows, of the kind kind, and the M of its "N/M"
 	// (-1: none). Set with global and inEpoch.
