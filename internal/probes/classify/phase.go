@@ -712,7 +712,7 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwGPUMem) && bHasPrefix(tl, "Epoch") {
 		return true
 	}
-	if espnetLine(t, r) {
+	if espnetLine(t, h.at(kwEpoch), r) {
 		return true
 	}
 	if h.has(kwParenTrain) {
@@ -909,7 +909,10 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 			// shows the running training loss: "100%|██████████| 1200/1200
 			// [05:12<00:00,  3.84it/s, train_loss=1.23]"; the position in
 			// the epoch. Its validation bar is bare (Classifier.bareTrain).
-			if cur, tot, ok := bareBar(tl); ok && bHas(tl, ", train_loss=") {
+			if !bHas(tl[max(0, len(tl)-40):], ", train_loss=") {
+				return false
+			}
+			if cur, tot, ok := bareBar(tl); ok {
 				*r = newPhaseHit(PhaseTrain)
 				r.cur, r.tot = cur, tot
 				r.inEpoch(cur, tot)
@@ -1122,9 +1125,9 @@ func hapiStep(tl []byte, r *phaseHit) bool {
 // iter_time=..., loss=..." (the batches of the epoch logged so far),
 // "2/100epoch started" and the epoch's summary "1epoch results: [train] ...
 // [valid] loss=..." (which reports on a validation that is over: no phase).
-func espnetLine(t []byte, r *phaseHit) bool {
-	i := bIndex(t, "epoch")
-	if i <= 0 || !asciiDigit(t[i-1]) {
+// i is where the line's first "epoch" (in any case) is.
+func espnetLine(t []byte, i int, r *phaseHit) bool {
+	if i <= 0 || t[i] != 'e' || !asciiDigit(t[i-1]) {
 		return false
 	}
 	j := i
