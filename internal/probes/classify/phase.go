@@ -665,8 +665,9 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 					return true
 				}
 				if mentionsEval(t) && (!startsWithStep(tl) || indexFoldASCII(t, "train") < 0) {
-					// "validation loss at iteration 1000 | lm loss value: 4.2",
-					// "val step=10 loss=2.2": the training step, not a training line.
+					// "val step=10 loss=2.2", torchtune's "Step 220 | val_loss:0.84":
+					// the training step, not a training line (nanoGPT's "step
+					// 100: train loss 2.3, val loss 2.4" is one).
 					r.phase = PhaseNone
 				}
 				return true
