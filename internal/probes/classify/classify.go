@@ -84,6 +84,8 @@ type Classifier struct {
 	stCut        uint8    // where stText was cut from its line: cutStart, cutEnd
 	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
 	bareTrain    bool     // SpeechBrain's bare training bar was seen: a bare bar without its "train_loss=" is validation
+	lastBare     int64    // total of the last unlabelled bar seen (0: none)
+	optLearned   bool     // optSteps is the total of the bar a Hugging Face log dict was written under (no banner)
 	marks        []PhaseMark
 	marksDropped int
 	last         [nSlots]place // the last position read, per kind of counter
@@ -423,23 +425,30 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	if !ok && (h.any(&phaseKeywords) || anchored) {
 		ok = detectPhase(t, h, r)
 	}
-	if !ok && anchored && c.optSteps > 0 {
-		// Hugging Face's and Accelerate's training bar has no label; its
-		// total is the run's total optimization steps, and it counts them:
-		// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
-		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && tot == c.optSteps {
-			*r = newPhaseHit(PhaseTrain) // redrawn when training goes on after an evaluation
-			r.global(cur, tot)
-			ok = true
-		}
-	}
-	if !ok && anchored && c.bareTrain {
-		// SpeechBrain validates with a bare bar after its training bar
-		// (whose postfix shows "train_loss="); a frame at 0 may be either.
-		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && cur > 0 {
-			*r = newPhaseHit(PhaseVal)
-			r.cur, r.tot, r.done = cur, tot, cur == tot
-			ok = true
+	if !ok && anchored {
+		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb {
+			c.lastBare = tot
+			switch {
+			case c.optSteps > 0 && tot == c.optSteps:
+				// Hugging Face's and Accelerate's training bar has no label; its
+				// total is the run's total optimization steps, and it counts them:
+				// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
+				*r = newPhaseHit(PhaseTrain) // redrawn when training goes on after an evaluation
+				r.global(cur, tot)
+				ok = true
+			case c.optLearned:
+				// Hugging Face without its banners (the default log level):
+				// its evaluation bar is the other unlabelled bar.
+				*r = newPhaseHit(PhaseVal)
+				r.cur, r.tot, r.done = cur, tot, cur == tot
+				ok = true
+			case c.bareTrain && cur > 0:
+				// SpeechBrain validates with a bare bar after its training bar
+				// (whose postfix shows "train_loss="); a frame at 0 may be either.
+				*r = newPhaseHit(PhaseVal)
+				r.cur, r.tot, r.done = cur, tot, cur == tot
+				ok = true
+			}
 		}
 	}
 	if !ok {
@@ -486,6 +495,12 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	}
 	if r.banner {
 		c.optSteps = r.tot
+	}
+	if r.lossDict && c.optSteps == 0 && c.lastBare > 0 {
+		// Hugging Face writes its log dicts under its training bar
+		// (tqdm.write redraws the bar after): the last unlabelled bar is
+		// the training bar, which counts the run's optimization steps.
+		c.optSteps, c.optLearned = c.lastBare, true
 	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch

@@ -51,6 +51,7 @@ type phaseHit struct {
 	combined  bool   // a Lightning "Epoch N:" bar, which also counts validation batches
 	explicit  bool   // a "gpuguard: phase=" line
 	follow    bool   // a bar that training and evaluation both draw: the line is in the phase in effect
+	lossDict  bool   // a Hugging Face log dict ("{'loss': ...}")
 	bareTrain bool   // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
 	nan       bool   // the line reports a NaN or infinite loss
 	banner    bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
@@ -689,6 +690,7 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 		r.nan = h.has(kwNaN) && nanLoss(t)
+		r.lossDict = true
 		return true
 	}
 	if h.has(kwOverflow) && bHas(t, "Skipping step") {

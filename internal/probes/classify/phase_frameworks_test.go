@@ -83,7 +83,7 @@ func TestFrameworkPhaseLines(t *testing.T) {
 		{"Lightning predict bar", "", "Predicting DataLoader 0:  25%|██▌       | 5/20 [00:00<00:01, 11.20it/s]", PhaseVal, none},
 		// Rich progress bars (Lightning's RichProgressBar and plain rich.progress)
 		{"Lightning rich epoch bar", "", "Epoch 3/19 ━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━━━━━━━━━ 72/120 0:00:21 • 0:00:14 3.40it/s v_num: 7 train_loss: 0.401", PhaseTrain, stepWant{72, e, 120, 3}},
-		{"Lightning rich validation bar", "", "Validation DataLoader 0 ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 20/20 0:00:01 • 0:00:00 11.20it/s", PhaseVal, none},
+		{"Lightning rich validation bar", "", "Validation ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 20/20 0:00:01 • 0:00:00 11.20it/s", PhaseVal, none},
 		{"rich bar labelled Training", "", "Training ━━━━━━━━━━━━━━━━╺━━━━━━━━━━━━━━━━━━━━━━━  41% 0:01:12", PhaseTrain, none},
 		{"rich bar labelled Evaluating", "", "Evaluating ━━━━━━━━━━━━━━━━━━━━━━━╺━━━━━━━━━━━━━━━━  62% 0:00:03", PhaseVal, none},
 		// Composer
@@ -165,6 +165,7 @@ func TestFrameworkScenarios(t *testing.T) {
 		{"torchtune.log", []markAt{{1, PhaseTrain}, {4, PhaseVal}, {6, PhaseTrain}}, 5, 7, stepWant{40, g, -1, 1}, stepWant{42, g, -1, 1}},
 		{"megatron.log", []markAt{{1, PhaseTrain}, {3, PhaseVal}, {7, PhaseTrain}}, 5, 9, stepWant{1000, g, 20000, -1}, stepWant{1010, g, 20000, -1}},
 		{"hf-trainer.log", []markAt{{7, PhaseTrain}, {13, PhaseVal}, {18, PhaseTrain}}, 16, 19, stepWant{100, g, 750, -1}, stepWant{102, g, 750, -1}},
+		{"hf-trainer-default-log-level.log", []markAt{{3, PhaseTrain}, {8, PhaseVal}, {11, PhaseTrain}}, 9, 13, stepWant{20, g, 600, -1}, stepWant{22, g, 600, -1}},
 		{"trl.log", []markAt{{1, PhaseTrain}, {5, PhaseVal}, {8, PhaseTrain}}, 6, 8, stepWant{10, g, 310, -1}, stepWant{11, g, 310, -1}},
 		{"accelerate.log", []markAt{{1, PhaseTrain}}, 0, 7, stepWant{}, stepWant{117, g, 345, -1}},
 		{"diffusers.log", []markAt{{1, PhaseTrain}, {4, PhaseVal}, {6, PhaseTrain}}, 5, 7, stepWant{120, g, 1000, -1}, stepWant{122, g, 1000, -1}},
@@ -226,7 +227,7 @@ func TestFrameworkScenarios(t *testing.T) {
 func TestSanityCheckThenTrainOOM(t *testing.T) {
 	for _, bar := range []string{
 		"Sanity Checking DataLoader 0:  50%|█████     | 1/2 [00:00<00:00,  3.91it/s]",
-		"Sanity Checking DataLoader 0 ━━━━━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • 0:00:01 3.91it/s",
+		"Sanity Checking ━━━━━━━━━━━━━━━━━━━━╸━━━━━━━━━━━━━━━━━━━ 1/2 0:00:00 • 0:00:01 3.91it/s",
 	} {
 		log := bar + "\nEpoch 0:   0%|          | 0/120 [00:00<?, ?it/s]\n" + modernOOM + "\n"
 		v := classifyString(t, log, ClassifierOptions{})
