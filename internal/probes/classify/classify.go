@@ -85,6 +85,7 @@ type Classifier struct {
 	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
 	bareTrain    bool     // SpeechBrain's bare training bar was seen: a bare bar without its "train_loss=" is validation
 	lastBare     int64    // total of the last unlabelled bar seen (0: none)
+	lastBareLine int      // the line it was seen on
 	optLearned   bool     // optSteps is the total of the bar a Hugging Face log dict was written under (no banner)
 	marks        []PhaseMark
 	marksDropped int
@@ -427,7 +428,9 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	}
 	if !ok && anchored {
 		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb {
-			c.lastBare = tot
+			if tt := trimSpace(t); tt[len(tt)-1] == ']' {
+				c.lastBare, c.lastBareLine = tot, c.num // a bar frame, nothing glued to it
+			}
 			switch {
 			case c.optSteps > 0 && tot == c.optSteps:
 				// Hugging Face's and Accelerate's training bar has no label; its
@@ -496,10 +499,11 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.banner {
 		c.optSteps = r.tot
 	}
-	if r.lossDict && c.optSteps == 0 && c.lastBare > 0 {
+	if r.lossDict && c.optSteps == 0 && c.lastBare > 0 && c.lastBareLine >= c.num-1 {
 		// Hugging Face writes its log dicts under its training bar
-		// (tqdm.write redraws the bar after): the last unlabelled bar is
-		// the training bar, which counts the run's optimization steps.
+		// (tqdm.write clears the bar, prints, redraws it): an unlabelled
+		// bar right before the dict is the training bar, which counts the
+		// run's optimization steps.
 		c.optSteps, c.optLearned = c.lastBare, true
 	}
 	if r.epoch >= 0 {
