@@ -93,6 +93,7 @@ const (
 	kwPredict  // Lightning's "Predicting DataLoader 0:"
 	kwBatchEq  // Composer's console logger "[batch=16/100]:"
 	kwBaPerSec // Composer's progress bars count batches: "4.51ba/s"
+	kwFrame    // a Python traceback's frame: `File "x.py", line 12, in validate`
 	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
 	kwOctalEsc // a literal "#033" (escape)
 
@@ -177,6 +178,7 @@ var kwTable = []kwEntry{
 	{kwPredict, "Predicting", false},
 	{kwBatchEq, "[batch=", false},
 	{kwBaPerSec, "ba/s", false},
+	{kwFrame, "\", line ", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
 }

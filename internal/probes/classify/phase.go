@@ -303,6 +303,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwGpuguard) && explicitPhase(t, r) {
 		return true
 	}
+	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
+		return tracebackFrame(tl, r)
+	}
 	if h.has(kwStars) {
 		switch {
 		case bHas(t, "***** Running training *****"):
@@ -1283,5 +1286,48 @@ func torchtuneBar(tl []byte, e int64, n1 int, r *phaseHit) bool {
 		r.cur, r.tot, _ = barCounter(a[n+1:], j)
 	}
 	r.global(g, -1)
+	return true
+}
+
+// frameVal and frameTrain are functions that run only while validating, or
+// only while training, in the frameworks' code: a traceback that passes
+// through one of them (the deepest such frame decides, as the last printed)
+// shows the phase the failure happened in, where the framework printed no
+// marker before (Megatron-LM's evaluate_and_print_results, nanoGPT's
+// estimate_loss, torchtitan's and torchtune's validate, Keras' evaluate).
+var frameVal = map[string]bool{
+	"evaluate": true, "evaluation_loop": true, "prediction_loop": true, "prediction_step": true, // Hugging Face, Keras, torchvision
+	"evaluate_and_print_results": true,                                                                             // Megatron-LM
+	"estimate_loss":              true,                                                                             // nanoGPT
+	"validate":                   true, "validation_step": true, "_evaluation_step": true, "evaluation_step": true, // timm, litgpt, torchtitan, torchtune; Lightning
+	"test_step": true, "predict_step": true, "val_step": true, "eval_step": true, // Lightning, Keras, MMEngine
+	"validate_one_epoch": true, "_fit_valid": true, "evaluate_batch": true, // ESPnet; SpeechBrain
+	"inference_on_dataset": true, "log_validation": true, "run_validation": true, // Detectron2; diffusers
+	"_eval_loop": true, "_eval_with_loader": true, // Composer; PaddleDetection
+}
+
+var frameTrain = map[string]bool{
+	"training_step": true, "train_step": true, "train_one_epoch": true, "train_epoch": true, // Lightning, Hugging Face, Keras, ESPnet, torchvision
+	"backward": true, "optimizer_step": true, // torch.autograd; Lightning
+	"_fit_train": true, "fit_batch": true, // SpeechBrain
+}
+
+// tracebackFrame reads a traceback's frame line, `File "/x/training.py",
+// line 2101, in evaluate_and_print_results`: the function, when it names a
+// phase.
+func tracebackFrame(tl []byte, r *phaseHit) bool {
+	i := bIndex(tl, ", in ")
+	if i < 0 {
+		return false
+	}
+	name := trimSpace(tl[i+len(", in "):])
+	switch {
+	case frameVal[string(name)]:
+		*r = newPhaseHit(PhaseVal)
+	case frameTrain[string(name)]:
+		*r = newPhaseHit(PhaseTrain)
+	default:
+		return false
+	}
 	return true
 }

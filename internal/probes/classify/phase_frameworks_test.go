@@ -312,3 +312,86 @@ func TestDocumentedPhaseLines(t *testing.T) {
 		t.Errorf("only %d example rows found in the table", rows)
 	}
 }
+
+// A traceback's frames name the phase where the framework printed no marker
+// before the failure: the deepest frame that names one decides.
+func TestTracebackFramesNamePhase(t *testing.T) {
+	megatron := ` [2026-11-25 09:10:00.000001] iteration     2500/   40000 | consumed samples:       640000 | lm loss: 2.871190E+00 |
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/workspace/megatron-lm/pretrain_gpt.py", line 331, in <module>
+[rank3]:     pretrain(
+[rank3]:   File "/workspace/megatron-lm/megatron/training/training.py", line 812, in pretrain
+[rank3]:     iteration, num_floating_point_operations_so_far = train(
+[rank3]:   File "/workspace/megatron-lm/megatron/training/training.py", line 2011, in train
+[rank3]:     evaluate_and_print_results(prefix, forward_step_func,
+[rank3]:   File "/workspace/megatron-lm/megatron/training/training.py", line 2301, in evaluate_and_print_results
+[rank3]:     evaluate(forward_step_func, data_iterator, model,
+[rank3]:   File "/workspace/megatron-lm/megatron/training/training.py", line 2210, in evaluate
+[rank3]:     loss_dicts = forward_backward_func(
+[rank3]:   File "/workspace/megatron-lm/megatron/core/pipeline_parallel/schedules.py", line 470, in forward_backward_no_pipelining
+[rank3]:     output_tensor, num_tokens = forward_step(
+`
+	nanogpt := `iter 1990: loss 1.9124, time 311.21ms, mfu 38.02%
+Traceback (most recent call last):
+  File "/home/user/nanoGPT/train.py", line 264, in <module>
+    losses = estimate_loss()
+  File "/home/user/venv/lib/python3.11/site-packages/torch/utils/_contextlib.py", line 116, in decorate_context
+    return func(*args, **kwargs)
+  File "/home/user/nanoGPT/train.py", line 221, in estimate_loss
+    logits, loss = model(X, Y)
+  File "/home/user/nanoGPT/model.py", line 180, in forward
+    x = block(x)
+`
+	lightningTrain := `Validation DataLoader 0: 100%|██████████| 20/20 [00:01<00:00, 12.31it/s]
+Traceback (most recent call last):
+  File "/opt/app/train.py", line 88, in <module>
+    trainer.fit(model, dm)
+  File "/opt/venv/lib/python3.11/site-packages/lightning/pytorch/loops/training_epoch_loop.py", line 250, in advance
+    batch_output = self.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
+  File "/opt/venv/lib/python3.11/site-packages/lightning/pytorch/loops/optimization/automatic.py", line 315, in training_step
+    training_step_output = call._call_strategy_hook(trainer, "training_step", *kwargs.values())
+  File "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py", line 581, in backward
+    torch.autograd.backward(
+`
+	hfEval := `  Total optimization steps = 750
+ 14%|█▍        | 101/750 [01:10<12:44,  1.18s/it]
+Traceback (most recent call last):
+  File "/srv/job/run_clm.py", line 640, in main
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+  File "/srv/venv/lib/python3.11/site-packages/transformers/trainer.py", line 2325, in _inner_training_loop
+    self._maybe_log_save_evaluate(
+  File "/srv/venv/lib/python3.11/site-packages/transformers/trainer.py", line 3072, in evaluate
+    output = eval_loop(
+  File "/srv/venv/lib/python3.11/site-packages/transformers/trainer.py", line 4230, in prediction_step
+    outputs = model(**inputs)
+`
+	for _, tc := range []struct {
+		name  string
+		log   string
+		phase Phase
+		step  stepWant
+	}{
+		{"Megatron-LM evaluation without verbose lines", megatron, PhaseVal, stepWant{2500, StepGlobal, 40000, -1}},
+		{"nanoGPT estimate_loss", nanogpt, PhaseVal, stepWant{1990, StepGlobal, -1, -1}},
+		{"Lightning training step after a validation", lightningTrain, PhaseTrain, stepWant{-1, StepNone, -1, -1}},
+		{"Hugging Face evaluation without its banner", hfEval, PhaseVal, stepWant{101, StepGlobal, 750, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classifyString(t, tc.log+modernOOM+"\n", ClassifierOptions{})
+			if v.Kind != KindGPUOOM || v.Phase != tc.phase {
+				t.Errorf("%s in %q, want gpu_oom in %q", v.Kind, v.Phase, tc.phase)
+			}
+			checkStep(t, v, tc.step)
+			// Without the frames, the phase is the one printed before.
+			var kept []string
+			for _, l := range strings.SplitAfter(tc.log, "\n") {
+				if !strings.Contains(l, `File "`) {
+					kept = append(kept, l)
+				}
+			}
+			if v := classifyString(t, strings.Join(kept, "")+modernOOM+"\n", ClassifierOptions{}); v.Phase == tc.phase {
+				t.Errorf("without its frames the log is in %q already: the case shows nothing", v.Phase)
+			}
+		})
+	}
+}
