@@ -89,13 +89,14 @@ const (
 	kwParenVal
 	kwParenTest
 	kwParenTrain
-	kwEvalCap  // "Eval": Paddle's "Eval begin...", Composer's "[Eval batch=", PaddleDetection's "Eval iter:"
-	kwPredict  // Lightning's "Predicting DataLoader 0:"
-	kwBatchEq  // Composer's console logger "[batch=16/100]:"
-	kwBaPerSec // Composer's progress bars count batches: "4.51ba/s"
-	kwFrame    // a Python traceback's frame: `File "x.py", line 12, in validate`
-	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
-	kwOctalEsc // a literal "#033" (escape)
+	kwEvalCap   // "Eval": Paddle's "Eval begin...", Composer's "[Eval batch=", PaddleDetection's "Eval iter:"
+	kwPredict   // Lightning's "Predicting DataLoader 0:"
+	kwBatchEq   // Composer's console logger "[batch=16/100]:"
+	kwBaPerSec  // Composer's progress bars count batches: "4.51ba/s"
+	kwFrame     // a Python traceback's frame: `File "x.py", line 12, in validate`
+	kwEvalModel // PaddleOCR's evaluation bar "eval model:: 40%|"
+	kwOctalCR   // a literal "#015" (carriage return), see Classifier.octalFrames
+	kwOctalEsc  // a literal "#033" (escape)
 
 	kwCount
 )
@@ -179,6 +180,7 @@ var kwTable = []kwEntry{
 	{kwBatchEq, "[batch=", false},
 	{kwBaPerSec, "ba/s", false},
 	{kwFrame, "\", line ", false},
+	{kwEvalModel, "eval model:", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
 }

@@ -36,7 +36,7 @@ import (
 var valKeywords, trainKeywords hitSet
 
 func init() {
-	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1, kwEvalCap, kwPredict} {
+	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1, kwEvalCap, kwPredict, kwEvalModel} {
 		valKeywords.set(k, 0)
 	}
 	for _, k := range []kw{kwEpoch, kwIter, kwTrain, kwStep, kwLossDict, kwSkipped, kwOverflow} {
@@ -410,6 +410,12 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		if m := logMessage(tl); len(m) < len(tl) && (bHasPrefix(m, "Running validation") || bHasPrefix(m, "Validating")) {
 			return true
 		}
+	}
+	if h.has(kwEvalModel) && bHasPrefix(tl, "eval model:") {
+		// PaddleOCR: "eval model:: 40%|████      | 20/50 [00:02<00:03,  9.51it/s]"
+		r.cur, r.tot, _ = barCounter(tl, 0)
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
 	}
 	if h.has(kwPredict) && (bHasPrefix(tl, "Predicting DataLoader") || bHasPrefix(tl, "Predicting:")) {
 		// Lightning's predict loop: inference, like validation.

@@ -115,6 +115,8 @@ func TestFrameworkPhaseLines(t *testing.T) {
 		{"PaddleNLP trainer log", "", "[2026-11-25 09:00:00,001] [    INFO] - loss: 1.91203, learning_rate: 2.4e-05, global_step: 410, interval_runtime: 10.2, interval_samples_per_second: 12.5, epoch: 0.1402", PhaseTrain, stepWant{410, g, -1, -1}},
 		{"PaddleDetection epoch", "", "[11/25 09:00:00] ppdet.engine INFO: Epoch: [6] [ 200/1466] learning_rate: 0.010000 loss: 0.981 eta: 2:40:01 batch_cost: 0.5001 data_cost: 0.0010 ips: 16.0012 images/s", PhaseTrain, stepWant{200, e, 1466, 6}},
 		{"PaddleDetection evaluation", "", "[11/25 09:10:00] ppdet.engine INFO: Eval iter: 300", PhaseVal, none},
+		{"PaddleOCR training line", "", "[2026/11/25 09:00:00] ppocr INFO: epoch: [3/500], global_step: 410, lr: 0.001000, acc: 0.4012, loss: 8.1203, avg_reader_cost: 0.01 s, ips: 75.1 samples/s, eta: 1 day, 1:00:01", PhaseTrain, stepWant{410, g, -1, 3}},
+		{"PaddleOCR evaluation bar", "", "eval model:: 40%|████      | 20/50 [00:02<00:03,  9.51it/s]", PhaseVal, none},
 		// ESPnet
 		{"ESPnet epoch start", "", "[node-03] 2026-11-25 09:00:00,001 (trainer:321) INFO: 7/50epoch started. Estimated time to finish: 5 hours", PhaseTrain, stepWant{-1, n, -1, 7}},
 		{"ESPnet training batches", "", "[node-03] 2026-11-25 09:02:00,001 (trainer:755) INFO: 7epoch:train:401-500batch: iter_time=1.101e-04, forward_time=0.198, loss_ctc=41.002, loss_att=30.118, acc=0.801, loss=33.383, backward_time=0.171, optim_step_time=0.038, optim0_lr0=6.100e-04, train_time=0.482", PhaseTrain, stepWant{500, e, -1, 7}},
@@ -186,6 +188,7 @@ func TestFrameworkScenarios(t *testing.T) {
 		{"paddle.log", []markAt{{1, PhaseTrain}, {4, PhaseVal}, {8, PhaseTrain}}, 5, 9, stepWant{938, e, 938, 1}, stepWant{10, e, 938, 2}},
 		{"paddlenlp.log", []markAt{{1, PhaseTrain}, {4, PhaseVal}, {7, PhaseTrain}}, 5, 7, stepWant{120, g, -1, -1}, stepWant{130, g, -1, -1}},
 		{"paddledetection.log", []markAt{{1, PhaseTrain}, {2, PhaseVal}, {4, PhaseTrain}}, 3, 4, stepWant{1400, e, 1466, 3}, stepWant{0, e, 1466, 4}},
+		{"paddleocr.log", []markAt{{1, PhaseTrain}, {3, PhaseVal}, {6, PhaseTrain}}, 3, 6, stepWant{250, g, -1, 2}, stepWant{260, g, -1, 2}},
 		{"espnet.log", []markAt{{1, PhaseTrain}}, 0, 5, stepWant{}, stepWant{100, e, -1, 4}},
 		{"speechbrain.log", []markAt{{3, PhaseTrain}, {6, PhaseVal}, {9, PhaseTrain}}, 6, 9, stepWant{1200, e, 1200, -1}, stepWant{12, e, 1200, -1}},
 		{"ultralytics.log", []markAt{{1, PhaseTrain}, {3, PhaseVal}, {6, PhaseTrain}}, 4, 7, stepWant{115, e, 115, 134}, stepWant{3, e, 115, 135}},
