@@ -22,6 +22,21 @@ package classify
 //     than any heuristic.
 //   - Patterns from the policy (ClassifierOptions.PhasePatterns) are tried
 //     before the built-in detectors.
+//   - Validation results after which a framework trains on without another
+//     marker (Megatron-LM's "validation loss at iteration N |", litgpt's
+//     "iter N: val loss ..., val time: ...") end the validation: training.
+//   - A sanity check is a finished validation: the epoch bar after it is
+//     training even when the check's bar never showed its last batch.
+//   - A bar both phases draw (Paddle's "step 10/938 [...] - loss:") is in
+//     the phase in effect (phaseHit.follow).
+//   - A traceback's frame naming a function that runs only in one phase
+//     ("in evaluate_and_print_results", "in training_step") is a phase line:
+//     the deepest, printed last, decides the phase of the error after it.
+//   - Unlabelled bars: Hugging Face's training bar is the one whose total is
+//     the run's optimization steps (from its banner, or from the bar its
+//     first log dict is written under); once known, another unlabelled bar
+//     is its evaluation. SpeechBrain's training bar shows "train_loss=";
+//     an unlabelled bar after it is its validation.
 
 import (
 	"bytes"
