@@ -400,6 +400,10 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 		return true, false
 	case c == 'a':
 		return bHasPrefix(tl, "all "), false
+	case c == 'e':
+		return bHasPrefix(tl, "eval "), false // Composer's evaluation bar, PaddleOCR's
+	case c == 'E':
+		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
 		return false, len(tl) <= 48
 	case len(tl) <= 24:

@@ -89,12 +89,9 @@ const (
 	kwParenVal
 	kwParenTest
 	kwParenTrain
-	kwEvalCap   // "Eval": Paddle's "Eval begin...", Composer's "[Eval batch=", PaddleDetection's "Eval iter:"
-	kwPredict   // Lightning's "Predicting DataLoader 0:"
+	kwEvalBatch // Composer's console logger "[Eval batch=3/10] Eval on eval data:"
 	kwBatchEq   // Composer's console logger "[batch=16/100]:"
-	kwBaPerSec  // Composer's progress bars count batches: "4.51ba/s"
 	kwFrame     // a Python traceback's frame: `File "x.py", line 12, in validate`
-	kwEvalModel // PaddleOCR's evaluation bar "eval model:: 40%|"
 	kwOctalCR   // a literal "#015" (carriage return), see Classifier.octalFrames
 	kwOctalEsc  // a literal "#033" (escape)
 
@@ -175,12 +172,9 @@ var kwTable = []kwEntry{
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},
-	{kwEvalCap, "Eval", false},
-	{kwPredict, "Predicting", false},
+	{kwEvalBatch, "[Eval", false},
 	{kwBatchEq, "[batch=", false},
-	{kwBaPerSec, "ba/s", false},
 	{kwFrame, "\", line ", false},
-	{kwEvalModel, "eval model:", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
 }

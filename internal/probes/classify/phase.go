@@ -51,7 +51,7 @@ import (
 var valKeywords, trainKeywords hitSet
 
 func init() {
-	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1, kwEvalCap, kwPredict, kwEvalModel} {
+	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1, kwEvalBatch} {
 		valKeywords.set(k, 0)
 	}
 	for _, k := range []kw{kwEpoch, kwIter, kwTrain, kwStep, kwLossDict, kwSkipped, kwOverflow} {
@@ -349,7 +349,7 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 		r.done = true
 		return true
 	}
-	if (h.has(kwBatchEq) || h.has(kwBaPerSec)) && composerLine(tl, h, r) {
+	if (h.has(kwBatchEq) || h.has(kwEpoch) || h.has(kwTrain)) && composerLine(tl, h, r) {
 		return true
 	}
 	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
@@ -426,35 +426,11 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
-	if h.has(kwEvalModel) && bHasPrefix(tl, "eval model:") {
-		// PaddleOCR: "eval model:: 40%|████      | 20/50 [00:02<00:03,  9.51it/s]"
+	if h.has(kwEvalBatch) && bHasPrefix(tl, "[Eval batch=") {
+		// Composer's console logger: "[Eval batch=3/10] Eval on eval data:"
 		r.cur, r.tot, _ = barCounter(tl, 0)
 		r.done = r.tot > 0 && r.cur == r.tot
 		return true
-	}
-	if h.has(kwPredict) && (bHasPrefix(tl, "Predicting DataLoader") || bHasPrefix(tl, "Predicting:")) {
-		// Lightning's predict loop: inference, like validation.
-		r.cur, r.tot, _ = barCounter(tl, 0)
-		r.done = r.tot > 0 && r.cur == r.tot
-		return true
-	}
-	if h.has(kwEvalCap) {
-		m := logMessage(tl)
-		switch {
-		case bHasPrefix(m, "Eval begin"), bHasPrefix(m, "Eval iter:"):
-			// Paddle's Model.fit/evaluate "Eval begin...",
-			// PaddleDetection's "ppdet.engine INFO: Eval iter: 100".
-			return true
-		case bHasPrefix(m, "Eval samples:"):
-			// Paddle: the end of an evaluation.
-			r.done = true
-			return true
-		case bHasPrefix(tl, "[Eval batch="):
-			// Composer's console logger: "[Eval batch=3/10] Eval on eval data:"
-			r.cur, r.tot, _ = barCounter(tl, 0)
-			r.done = r.tot > 0 && r.cur == r.tot
-			return true
-		}
 	}
 	if (h.has(kwEpoch) || h.has(kwIter)) && (h.has(kwParenVal) || h.has(kwParenTest)) {
 		// MMEngine "Epoch(val)  [1][ 50/625]", mmcv 1.x "Epoch(val) [1][625]",
@@ -560,6 +536,11 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		return true
 	}
 	if h.has(kwIter) {
+		if i := h.at(kwIter); i >= 5 && bHasPrefix(t[i-5:], "Eval iter:") {
+			// PaddleDetection: "ppdet.engine INFO: Eval iter: 100"
+			*r = newPhaseHit(PhaseVal)
+			return true
+		}
 		if i := bIndex(t, "Iter(train)"); h.has(kwParenTrain) && i >= 0 {
 			// MMEngine's iteration-based loop: "Iter(train) [  50/1000]"
 			r.cur, r.tot, _ = barCounter(t, i)
@@ -926,6 +907,20 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 	if len(tl) == 0 {
 		return false
 	}
+	switch {
+	case bHasPrefix(tl, "eval model::"):
+		// PaddleOCR: "eval model:: 40%|████      | 20/50 [00:02<00:03,  9.51it/s]"
+		*r = newPhaseHit(PhaseVal)
+		r.cur, r.tot, _ = barCounter(tl, 0)
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
+	case tl[0] == 'e':
+		return composerLine(tl, h, r) // "eval           Batch    450:  30%|"
+	case bHasPrefix(tl, "Eval begin"):
+		// Paddle's Model.fit and Model.evaluate: "Eval begin..."
+		*r = newPhaseHit(PhaseVal)
+		return true
+	}
 	if asciiDigit(tl[0]) {
 		e, n1, _ := scanInt(tl)
 		if n1 < len(tl) && tl[n1] == '|' {
@@ -1235,14 +1230,13 @@ func composerLine(tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
-	if !h.has(kwBaPerSec) {
-		return false
-	}
+	// A label (a lower-case name, two spaces or more after it), then
+	// batches per second on the bar.
 	i := 0
 	for i < len(tl) && i < 40 && tl[i] != ' ' {
 		i++
 	}
-	if i == 0 || i+2 > len(tl) || tl[i+1] != ' ' {
+	if i == 0 || i+2 > len(tl) || tl[i+1] != ' ' || !(tl[0] >= 'a' && tl[0] <= 'z') || !bHas(tl[i:], "ba/s") {
 		return false
 	}
 	label, a := tl[:i], trimSpaceLeft(tl[i:])
@@ -1310,29 +1304,6 @@ func torchtuneBar(tl []byte, e int64, n1 int, r *phaseHit) bool {
 	return true
 }
 
-// frameVal and frameTrain are functions that run only while validating, or
-// only while training, in the frameworks' code: a traceback that passes
-// through one of them (the deepest such frame decides, as the last printed)
-// shows the phase the failure happened in, where the framework printed no
-// marker before (Megatron-LM's evaluate_and_print_results, nanoGPT's
-// estimate_loss, torchtitan's and torchtune's validate, Keras' evaluate).
-var frameVal = map[string]bool{
-	"evaluate": true, "evaluation_loop": true, "prediction_loop": true, "prediction_step": true, // Hugging Face, Keras, torchvision
-	"evaluate_and_print_results": true,                                                                             // Megatron-LM
-	"estimate_loss":              true,                                                                             // nanoGPT
-	"validate":                   true, "validation_step": true, "_evaluation_step": true, "evaluation_step": true, // timm, litgpt, torchtitan, torchtune; Lightning
-	"test_step": true, "predict_step": true, "val_step": true, "eval_step": true, // Lightning, Keras, MMEngine
-	"validate_one_epoch": true, "_fit_valid": true, "evaluate_batch": true, // ESPnet; SpeechBrain
-	"inference_on_dataset": true, "log_validation": true, "run_validation": true, // Detectron2; diffusers
-	"_eval_loop": true, "_eval_with_loader": true, // Composer; PaddleDetection
-}
-
-var frameTrain = map[string]bool{
-	"training_step": true, "train_step": true, "train_one_epoch": true, "train_epoch": true, // Lightning, Hugging Face, Keras, ESPnet, torchvision
-	"backward": true, "optimizer_step": true, // torch.autograd; Lightning
-	"_fit_train": true, "fit_batch": true, // SpeechBrain
-}
-
 // tracebackFrame reads a traceback's frame line, `File "/x/training.py",
 // line 2101, in evaluate_and_print_results`: the function, when it names a
 // phase.
@@ -1342,10 +1313,26 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		return false
 	}
 	name := trimSpace(tl[i+len(", in "):])
-	switch {
-	case frameVal[string(name)]:
+	// Functions that run only while validating, or only while training, in
+	// the frameworks' code: a traceback that passes through one (the
+	// deepest, printed last, decides) shows the phase the failure happened
+	// in where the framework printed no marker before (Megatron-LM's
+	// evaluate_and_print_results, nanoGPT's estimate_loss, torchtitan's and
+	// torchtune's validate, Keras' evaluate). A switch, not a map: a map
+	// made the hot path measurably slower (BenchmarkClassifierLine).
+	switch string(name) {
+	case "evaluate", "evaluation_loop", "prediction_loop", "prediction_step", // Hugging Face, Keras, torchvision
+		"evaluate_and_print_results",                                         // Megatron-LM
+		"estimate_loss",                                                      // nanoGPT
+		"validate", "validation_step", "_evaluation_step", "evaluation_step", // timm, litgpt, torchtitan, torchtune; Lightning
+		"test_step", "predict_step", "val_step", "eval_step", // Lightning, Keras, MMEngine
+		"validate_one_epoch", "_fit_valid", "evaluate_batch", // ESPnet; SpeechBrain
+		"inference_on_dataset", "log_validation", "run_validation", // Detectron2; diffusers
+		"_eval_loop", "_eval_with_loader": // Composer; PaddleDetection
 		*r = newPhaseHit(PhaseVal)
-	case frameTrain[string(name)]:
+	case "training_step", "train_step", "train_one_epoch", "train_epoch", // Lightning, Hugging Face, Keras, ESPnet, torchvision
+		"backward", "optimizer_step", // torch.autograd; Lightning
+		"_fit_train", "fit_batch": // SpeechBrain
 		*r = newPhaseHit(PhaseTrain)
 	default:
 		return false
