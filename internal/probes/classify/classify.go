@@ -90,6 +90,10 @@ type Classifier struct {
 	stText       []byte   // the line st was read from, bounded by maxStepText
 	stCut        uint8    // where stText was cut from its line: cutStart, cutEnd
 	optSteps     int64    // total of the run's training bar ("Total optimization steps = N"), 0: unknown
+	bareTrain    bool     // SpeechBrain's bare training bar was seen: a bare bar without its "train_loss=" is validation
+	lastBare     int64    // total of the last unlabelled bar seen (0: none)
+	lastBareLine int      // the line it was seen on
+	optLearned   bool     // optSteps is the total of the bar a Hugging Face log dict was written under (no banner)
 	marks        []PhaseMark
 	marksDropped int
 	last         [nSlots]place // the last position read, per kind of counter
@@ -417,6 +421,10 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 		return true, false
 	case c == 'a':
 		return bHasPrefix(tl, "all "), false
+	case c == 'e':
+		return bHasPrefix(tl, "eval "), false // Composer's evaluation bar, PaddleOCR's
+	case c == 'E':
+		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
 		return false, len(tl) <= 48
 	case len(tl) <= 24:
@@ -443,14 +451,32 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	if !ok && (h.any(&phaseKeywords) || anchored) {
 		ok = detectPhase(t, h, r)
 	}
-	if !ok && anchored && c.optSteps > 0 {
-		// Hugging Face's and Accelerate's training bar has no label; its
-		// total is the run's total optimization steps, and it counts them:
-		// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
-		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb && tot == c.optSteps {
-			*r = newPhaseHit(PhaseNone)
-			r.global(cur, tot)
-			ok = true
+	if !ok && anchored {
+		if cur, tot, okb := bareBar(trimSpaceLeft(t)); okb {
+			if tt := trimSpace(t); tt[len(tt)-1] == ']' {
+				c.lastBare, c.lastBareLine = tot, c.num // a bar frame, nothing glued to it
+			}
+			switch {
+			case c.optSteps > 0 && tot == c.optSteps:
+				// Hugging Face's and Accelerate's training bar has no label; its
+				// total is the run's total optimization steps, and it counts them:
+				// "  9%|█▏   | 2499/27650 [2:11:37<22:04:37,  3.16s/it]".
+				*r = newPhaseHit(PhaseTrain) // redrawn when training goes on after an evaluation
+				r.global(cur, tot)
+				ok = true
+			case c.optLearned:
+				// Hugging Face without its banners (the default log level):
+				// its evaluation bar is the other unlabelled bar.
+				*r = newPhaseHit(PhaseVal)
+				r.cur, r.tot, r.done = cur, tot, cur == tot
+				ok = true
+			case c.bareTrain && cur > 0:
+				// SpeechBrain validates with a bare bar after its training bar
+				// (whose postfix shows "train_loss="); a frame at 0 may be either.
+				*r = newPhaseHit(PhaseVal)
+				r.cur, r.tot, r.done = cur, tot, cur == tot
+				ok = true
+			}
 		}
 	}
 	if !ok {
@@ -463,7 +489,13 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.explicit {
 		c.explicit = true
 	}
+	if r.bareTrain {
+		c.bareTrain = true
+	}
 	p := r.phase
+	if r.follow && p == PhaseNone {
+		p = c.phase // a bar both phases draw (Paddle's "step 10/938 - loss: ...")
+	}
 	if c.explicit && !r.explicit {
 		p = c.phase // explicit markers rule; other lines only count steps
 	}
@@ -491,6 +523,13 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	}
 	if r.banner {
 		c.optSteps = r.tot
+	}
+	if r.lossDict && c.optSteps == 0 && c.lastBare > 0 && c.lastBareLine >= c.num-1 {
+		// Hugging Face writes its log dicts under its training bar
+		// (tqdm.write clears the bar, prints, redraws it): an unlabelled
+		// bar right before the dict is the training bar, which counts the
+		// run's optimization steps.
+		c.optSteps, c.optLearned = c.lastBare, true
 	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch

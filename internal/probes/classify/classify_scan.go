@@ -93,8 +93,11 @@ const (
 	kwParenVal
 	kwParenTest
 	kwParenTrain
-	kwOctalCR  // a literal "#015" (carriage return), see Classifier.octalFrames
-	kwOctalEsc // a literal "#033" (escape)
+	kwEvalBatch // Composer's console logger "[Eval batch=3/10] Eval on eval data:"
+	kwBatchEq   // Composer's console logger "[batch=16/100]:"
+	kwFrame     // a Python traceback's frame: `File "x.py", line 12, in validate`
+	kwOctalCR   // a literal "#015" (carriage return), see Classifier.octalFrames
+	kwOctalEsc  // a literal "#033" (escape)
 
 	kwCount
 )
@@ -177,6 +180,9 @@ var kwTable = []kwEntry{
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},
+	{kwEvalBatch, "[Eval", false},
+	{kwBatchEq, "[batch=", false},
+	{kwFrame, "\", line ", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
 }

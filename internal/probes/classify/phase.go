@@ -22,6 +22,21 @@ package classify
 //     than any heuristic.
 //   - Patterns from the policy (ClassifierOptions.PhasePatterns) are tried
 //     before the built-in detectors.
+//   - Validation results after which a framework trains on without another
+//     marker (Megatron-LM's "validation loss at iteration N |", litgpt's
+//     "iter N: val loss ..., val time: ...") end the validation: training.
+//   - A sanity check is a finished validation: the epoch bar after it is
+//     training even when the check's bar never showed its last batch.
+//   - A bar both phases draw (Paddle's "step 10/938 [...] - loss:") is in
+//     the phase in effect (phaseHit.follow).
+//   - A traceback's frame naming a function that runs only in one phase
+//     ("in evaluate_and_print_results", "in training_step") is a phase line:
+//     the deepest, printed last, decides the phase of the error after it.
+//   - Unlabelled bars: Hugging Face's training bar is the one whose total is
+//     the run's optimization steps (from its banner, or from the bar its
+//     first log dict is written under); once known, another unlabelled bar
+//     is its evaluation. SpeechBrain's training bar shows "train_loss=";
+//     an unlabelled bar after it is its validation.
 
 import (
 	"bytes"
@@ -36,7 +51,7 @@ import (
 var valKeywords, trainKeywords hitSet
 
 func init() {
-	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1} {
+	for _, k := range []kw{kwValid, kwParenVal, kwParenTest, kwValBracket, kwEvalDict, kwEvalBracket, kwEvaluat, kwInference, kwTest, kwImages, kwTop1, kwEvalBatch} {
 		valKeywords.set(k, 0)
 	}
 	for _, k := range []kw{kwEpoch, kwIter, kwTrain, kwStep, kwLossDict, kwSkipped, kwOverflow} {
@@ -46,15 +61,18 @@ func init() {
 
 // phaseHit is what a phase detector found on a line.
 type phaseHit struct {
-	phase    Phase
-	done     bool   // the line ends (or reports the results of) a validation
-	combined bool   // a Lightning "Epoch N:" bar, which also counts validation batches
-	explicit bool   // a "gpuguard: phase=" line
-	nan      bool   // the line reports a NaN or infinite loss
-	banner   bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
-	kind     kindID // the kind of step
-	epoch    int64  // -1: not printed
-	cur, tot int64  // the line's progress counter (i/N), -1: none
+	phase     Phase
+	done      bool   // the line ends (or reports the results of) a validation
+	combined  bool   // a Lightning "Epoch N:" bar, which also counts validation batches
+	explicit  bool   // a "gpuguard: phase=" line
+	follow    bool   // a bar that training and evaluation both draw: the line is in the phase in effect
+	lossDict  bool   // a Hugging Face log dict ("{'loss': ...}")
+	bareTrain bool   // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
+	nan       bool   // the line reports a NaN or infinite loss
+	banner    bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
+	kind      kindID // the kind of step
+	epoch     int64  // -1: not printed
+	cur, tot  int64  // the line's progress counter (i/N), -1: none
 
 	// The step the line shows, of the kind kind, and the M of its "N/M"
 	// (-1: none). Set with global and inEpoch.
@@ -247,7 +265,9 @@ func bracketEpochIter(b []byte) (e, i, n int64, ok bool) {
 		return e, i, n, false
 	}
 	e = v
-	b = b[1:]
+	// torchvision's and PaddleDetection's MetricLogger put two spaces
+	// between the brackets: "Epoch: [0]  [  10/5005]".
+	b = trimSpaceLeft(b[1:])
 	if len(b) == 0 || b[0] != '[' {
 		return e, i, n, true
 	}
@@ -298,6 +318,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwGpuguard) && explicitPhase(t, r) {
 		return true
 	}
+	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
+		return tracebackFrame(tl, r)
+	}
 	if h.has(kwStars) {
 		switch {
 		case bHas(t, "***** Running training *****"):
@@ -317,8 +340,16 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 		return true
 	}
 	if h.has(kwSanity) && bHasPrefix(tl, "Sanity Check") {
+		// Lightning's sanity check runs a few validation batches before
+		// training. It is validation, but not one that an "Epoch N:" bar
+		// continues: the epoch bar that follows is training (done), and
+		// its bar is no step.
 		*r = newPhaseHit(PhaseVal)
 		r.cur, r.tot, _ = barCounter(tl, 0)
+		r.done = true
+		return true
+	}
+	if (h.has(kwBatchEq) || h.has(kwEpoch) || h.has(kwTrain)) && composerLine(tl, h, r) {
 		return true
 	}
 	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
@@ -364,7 +395,7 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			// Lightning: "Validation DataLoader 0:", "Validation:", 0.8's
 			// "Validating:", "Validation sanity check:"; plain prints.
 			r.cur, r.tot, _ = barCounter(tl, 0)
-			r.done = r.tot > 0 && r.cur == r.tot
+			r.done = r.tot > 0 && r.cur == r.tot || bHasPrefix(tl, "Validation sanity check")
 			return true
 		case bHas(t, "* Epoch (valid)"):
 			// catalyst: "3/25 * Epoch (valid):   8% 2/25"
@@ -389,6 +420,17 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			bHasPrefix(tl, "Begin validation"), bHasPrefix(tl, "Run validation"):
 			return true
 		}
+		// The same words as a logger's message: diffusers' "11/25/2026
+		// 10:00:00 - INFO - __main__ - Running validation... ".
+		if m := logMessage(tl); len(m) < len(tl) && (bHasPrefix(m, "Running validation") || bHasPrefix(m, "Validating")) {
+			return true
+		}
+	}
+	if h.has(kwEvalBatch) && bHasPrefix(tl, "[Eval batch=") {
+		// Composer's console logger: "[Eval batch=3/10] Eval on eval data:"
+		r.cur, r.tot, _ = barCounter(tl, 0)
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
 	}
 	if (h.has(kwEpoch) || h.has(kwIter)) && (h.has(kwParenVal) || h.has(kwParenTest)) {
 		// MMEngine "Epoch(val)  [1][ 50/625]", mmcv 1.x "Epoch(val) [1][625]",
@@ -447,6 +489,22 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			// timm and the ImageNet example: "Test: [  10/196]"
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			return true
+		case bHasPrefix(tl, "Test:"):
+			// torchvision's references (MetricLogger): "Test:  [ 10/196]
+			// eta: ...", "Test: EMA  [ 10/196]", and the end of the
+			// evaluation: "Test:  Total time: 0:00:41", "Test:  Acc@1 ...".
+			a := trimSpaceLeft(tl[len("Test:"):])
+			if bHasPrefix(a, "EMA") {
+				a = trimSpaceLeft(a[len("EMA"):])
+			}
+			switch {
+			case bHasPrefix(a, "["):
+				r.cur, r.tot, _ = barCounter(a, 0)
+				return true
+			case bHasPrefix(a, "Total time:"), bHasPrefix(a, "Acc@1"):
+				r.done = true
+				return true
+			}
 		case bHasPrefix(tl, "Testing DataLoader"), bHasPrefix(tl, "Testing:"):
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			r.done = r.tot > 0 && r.cur == r.tot
@@ -478,6 +536,11 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		return true
 	}
 	if h.has(kwIter) {
+		if i := h.at(kwIter); i >= 5 && bHasPrefix(t[i-5:], "Eval iter:") {
+			// PaddleDetection: "ppdet.engine INFO: Eval iter: 100"
+			*r = newPhaseHit(PhaseVal)
+			return true
+		}
 		if i := bIndex(t, "Iter(train)"); h.has(kwParenTrain) && i >= 0 {
 			// MMEngine's iteration-based loop: "Iter(train) [  50/1000]"
 			r.cur, r.tot, _ = barCounter(t, i)
@@ -523,6 +586,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		case bHasPrefix(tl, "Training:"), bHasPrefix(tl, "Training DataLoader"):
 			r.cur, r.tot, _ = barCounter(tl, 0)
 			return true
+		case bHasPrefix(tl, "Train") && richLabel(tl):
+			// A rich progress bar labelled for training: "Training
+			// ━━━━━━━━━━╺━━━━━━━━━  35% 0:00:12" (its counter, when a
+			// column shows one, is not known to be a step).
+			r.cur, r.tot, _ = barCounter(tl, 0)
+			return true
 		case bHasPrefix(tl, "[train"):
 			// "[train] step 10/100 loss=2.31"
 			if v, tot, key := namedStep(t, h); key != keyNone {
@@ -553,6 +622,9 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 		}
 	}
 	if h.has(kwStep) {
+		if bHasPrefix(tl, "step ") && hapiStep(tl, r) {
+			return true
+		}
 		if bHasPrefix(tl, "Steps:") {
 			// diffusers' and Accelerate scripts' bar over the run's
 			// optimization steps: "Steps:  12%|█▏ | 120/1000 [01:23<10:00, 1.4it/s, loss=0.1]"
@@ -582,9 +654,26 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 				r.global(v, tot)
 				r.epoch = namedEpoch(t, h)
 				r.nan = h.has(kwNaN) && nanLoss(t)
-				if !startsWithStep(tl) && mentionsEval(t) {
-					// "validation loss at iteration 1000 | lm loss value: 4.2",
-					// "val step=10 loss=2.2": the training step, not a training line.
+				switch {
+				case bHas(t, " loss at iteration ") && bHas(t, " | "):
+					// Megatron-LM prints " validation loss at iteration 1000 |
+					// lm loss value: ... |" once its validation is over, and
+					// trains on: the validation ended (the training step
+					// is the iteration it ran at).
+					r.phase = PhaseTrain
+					return true
+				case startsWithStep(tl) && bHas(t, ", val time: "):
+					// litgpt's "iter 600: val loss 2.5710, val time: 12306.45
+					// ms" ends the validation that "Validating ..." began;
+					// its iter counts micro-batches, not the optimizer steps
+					// its training lines show ("iter 600 step 150").
+					r.step, r.stepTot, r.kind = -1, -1, kindNone
+					return true
+				}
+				if mentionsEval(t) && (!startsWithStep(tl) || indexFoldASCII(t, "train") < 0) {
+					// "val step=10 loss=2.2", torchtune's "Step 220 | val_loss:0.84":
+					// the training step, not a training line (nanoGPT's "step
+					// 100: train loss 2.3, val loss 2.4" is one).
 					r.phase = PhaseNone
 				}
 				return true
@@ -606,6 +695,7 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 		r.nan = h.has(kwNaN) && nanLoss(t)
+		r.lossDict = true
 		return true
 	}
 	if h.has(kwOverflow) && bHas(t, "Skipping step") {
@@ -628,6 +718,9 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	r.nan = nan
 	// Ultralytics header "      Epoch    GPU_mem   box_loss ..." (YOLOv5: gpu_mem).
 	if h.has(kwGPUMem) && bHasPrefix(tl, "Epoch") {
+		return true
+	}
+	if espnetLine(t, h.at(kwEpoch), r) {
 		return true
 	}
 	if h.has(kwParenTrain) {
@@ -674,7 +767,10 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if i := bIndex(t, "epoch "); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '|') {
 		rest := t[i+len("epoch "):]
 		v, n, ok := scanInt(rest)
-		colon := ok && asciiDigit(rest[0]) && n < len(rest) && rest[n] == ':'
+		// A counter or a bar follows the colon: "epoch 3: {'accuracy': 0.8}"
+		// (Accelerate's examples) is a summary, not a progress line.
+		colon := ok && asciiDigit(rest[0]) && n < len(rest) && rest[n] == ':' &&
+			len(trimSpaceLeft(rest[n+1:])) > 0 && asciiDigit(trimSpaceLeft(rest[n+1:])[0])
 		if !colon && ok && asciiDigit(rest[0]) && n+1 < len(rest) && rest[n] == ' ' {
 			// "| epoch 001    850 / 4120": a counter right after the epoch
 			after := trimSpaceLeft(rest[n:])
@@ -811,16 +907,68 @@ func detectAnchored(tl []byte, h *hitSet, r *phaseHit) bool {
 	if len(tl) == 0 {
 		return false
 	}
+	switch {
+	case bHasPrefix(tl, "eval model::"):
+		// PaddleOCR: "eval model:: 40%|████      | 20/50 [00:02<00:03,  9.51it/s]"
+		*r = newPhaseHit(PhaseVal)
+		r.cur, r.tot, _ = barCounter(tl, 0)
+		r.done = r.tot > 0 && r.cur == r.tot
+		return true
+	case tl[0] == 'e':
+		return composerLine(tl, h, r) // "eval           Batch    450:  30%|"
+	case bHasPrefix(tl, "Eval begin"):
+		// Paddle's Model.fit and Model.evaluate: "Eval begin..."
+		*r = newPhaseHit(PhaseVal)
+		return true
+	}
 	if asciiDigit(tl[0]) {
 		e, n1, _ := scanInt(tl)
+		if n1 < len(tl) && tl[n1] == '|' {
+			return torchtuneBar(tl, e, n1, r)
+		}
+		if n1 < len(tl) && tl[n1] == '%' {
+			// SpeechBrain's training bar, a bare tqdm bar whose postfix
+			// shows the running training loss: "100%|██████████| 1200/1200
+			// [05:12<00:00,  3.84it/s, train_loss=1.23]"; the position in
+			// the epoch. Its validation bar is bare (Classifier.bareTrain).
+			if !bHas(tl[max(0, len(tl)-40):], ", train_loss=") {
+				return false
+			}
+			if cur, tot, ok := bareBar(tl); ok {
+				*r = newPhaseHit(PhaseTrain)
+				r.cur, r.tot = cur, tot
+				r.inEpoch(cur, tot)
+				r.bareTrain = true
+				return true
+			}
+			return false
+		}
 		if n1 >= len(tl) || tl[n1] != '/' {
 			return false
+		}
+		if bHasPrefix(tl[n1:], "/Unknown ") {
+			// Keras 3 without a known number of steps: "     17/Unknown 3s 50ms/step - loss: 0.5"
+			*r = newPhaseHit(PhaseTrain)
+			r.cur = e
+			r.inEpoch(e, -1)
+			return true
 		}
 		tot, n2, ok := scanInt(tl[n1+1:])
 		if !ok || !asciiDigit(tl[n1+1]) {
 			return false
 		}
 		rest := tl[n1+1+n2:]
+		if len(rest) > 1 && rest[0] == ' ' && (barGlyph(rest[1:2]) || bHasPrefix(rest, " - ") && len(rest) > 3 && asciiDigit(rest[3])) {
+			// Keras 3: " 32/100 ━━━━━━━━━━━━━━━━━━━━ 3s 50ms/step - loss: 0.52",
+			// and with verbose=2 "100/100 - 5s - 50ms/step - loss: 0.4":
+			// the batch within the epoch ("Epoch 2/10" before it). A
+			// "val_loss" at the end of the epoch's row is a column of it.
+			*r = newPhaseHit(PhaseTrain)
+			r.cur, r.tot = e, tot
+			r.inEpoch(e, tot)
+			r.nan = h.has(kwNaN) && nanLoss(tl)
+			return true
+		}
 		if len(rest) > 1 && rest[0] == ' ' && rest[1] == '[' {
 			// Keras: "123/456 [=====>....] - ETA: 10s - loss: 0.3"
 			if len(rest) > 2 && (rest[2] == '=' || rest[2] == '>' || rest[2] == '.') {
@@ -924,4 +1072,270 @@ func lastIndexFoldASCII(b []byte, s string) int {
 		}
 	}
 	return -1
+}
+
+// logMessage is the message of a line written by a logger: what follows a
+// level name near its start ("11/25/2026 10:00:00 - INFO - __main__ - msg",
+// "INFO:__main__:msg", "[2026-11-25 10:00:00,123] [    INFO] - msg",
+// "[host] 2026-11-25 10:00:00,123 (trainer:243) INFO: msg", "ppdet.engine
+// INFO: msg"), or t itself.
+func logMessage(t []byte) []byte {
+	i := bIndex(t[:min(len(t), 120)], "INFO")
+	if i < 0 {
+		return t
+	}
+	r := t[i+len("INFO"):]
+	switch {
+	case bHasPrefix(r, "] - "):
+		return r[len("] - "):]
+	case bHasPrefix(r, ": "):
+		return r[len(": "):]
+	case bHasPrefix(r, " - "):
+		// "INFO - __main__ - msg": a logger name, then the message
+		r = r[len(" - "):]
+		if j := bIndex(r[:min(len(r), 80)], " - "); j > 0 && bytes.IndexByte(r[:j], ' ') < 0 {
+			return r[j+len(" - "):]
+		}
+		return r
+	case bHasPrefix(r, ":"):
+		// "INFO:__main__:msg"
+		r = r[1:]
+		if j := bytes.IndexByte(r[:min(len(r), 80)], ':'); j > 0 && bytes.IndexByte(r[:j], ' ') < 0 {
+			return r[j+1:]
+		}
+	}
+	return t
+}
+
+// richLabel says whether tl is a rich progress bar whose label is a word or
+// two (and dots): "Training ━━━━━━━╺━━━━━  35% 0:00:12".
+func richLabel(tl []byte) bool {
+	i := 0
+	for i < len(tl) && i < 40 && (asciiLetter(tl[i]) || tl[i] == ' ' || tl[i] == '.') {
+		i++
+	}
+	return i < len(tl) && i > 0 && tl[i-1] == ' ' && bHasPrefix(tl[i:], "━")
+}
+
+// hapiStep reads Paddle's high-level API (Model.fit, Model.evaluate)
+// progress line "step  10/938 [====>...] - loss: 0.52 - acc: 0.81 - 20ms/step"
+// or, with verbose=2, "step 7/7 - loss: 0.0935 - 580ms/step": the batch
+// within the epoch ("Epoch 1/5" before it) or within an evaluation ("Eval
+// begin..." before it), so the line is in the phase in effect.
+func hapiStep(tl []byte, r *phaseHit) bool {
+	a := trimSpaceLeft(tl[len("step "):])
+	c, n, ok := scanInt(a)
+	if !ok || len(a) == 0 || !asciiDigit(a[0]) || n >= len(a) || a[n] != '/' {
+		return false
+	}
+	tot, m, ok := scanInt(a[n+1:])
+	if !ok || !asciiDigit(a[n+1]) {
+		return false
+	}
+	rest := a[n+1+m:]
+	if !bHasPrefix(rest, " [=") && !bHasPrefix(rest, " [.") && !bHasPrefix(rest, " [>") && !bHasPrefix(rest, " - ") {
+		return false
+	}
+	*r = newPhaseHit(PhaseNone)
+	r.follow = true
+	r.cur, r.tot = c, tot
+	r.inEpoch(c, tot)
+	return true
+}
+
+// espnetLine reads ESPnet's trainer lines: "1epoch:train:101-200batch:
+// iter_time=..., loss=..." (the batches of the epoch logged so far),
+// "2/100epoch started" and the epoch's summary "1epoch results: [train] ...
+// [valid] loss=..." (which reports on a validation that is over: no phase).
+// i is where the line's first "epoch" (in any case) is.
+func espnetLine(t []byte, i int, r *phaseHit) bool {
+	if i <= 0 || t[i] != 'e' || !asciiDigit(t[i-1]) {
+		return false
+	}
+	j := i
+	for j > 0 && asciiDigit(t[j-1]) {
+		j--
+	}
+	e, _, _ := scanInt(t[j:i])
+	rest := t[i+len("epoch"):]
+	switch {
+	case bHasPrefix(rest, ":train:"):
+		a := rest[len(":train:"):]
+		_, n, ok := scanInt(a)
+		if !ok || n >= len(a) || a[n] != '-' {
+			return false
+		}
+		b, m, ok := scanInt(a[n+1:])
+		if !ok || !bHasPrefix(a[n+1+m:], "batch") {
+			return false
+		}
+		*r = newPhaseHit(PhaseTrain)
+		r.epoch = e
+		r.inEpoch(b, -1)
+		return true
+	case bHasPrefix(rest, " started"):
+		if j == 0 || t[j-1] != '/' {
+			return false
+		}
+		k := j - 1
+		for k > 0 && asciiDigit(t[k-1]) {
+			k--
+		}
+		v, _, ok := scanInt(t[k : j-1])
+		if !ok || k == j-1 {
+			return false
+		}
+		*r = newPhaseHit(PhaseTrain)
+		r.epoch = v
+		return true
+	case bHasPrefix(rest, " results: ["):
+		*r = newPhaseHit(PhaseNone)
+		return true
+	}
+	return false
+}
+
+// composerLine reads MosaicML Composer's progress: its console logger's
+// "[epoch=1][batch=16/100]:" (training, the batch within the epoch) and
+// "[batch=16/100]:" (training by batches: the step); its progress bars,
+// labelled with the dataloader's name padded to 15 characters and counted in
+// batches ("ba/s"): "train          Epoch   0:  45%|...| 23/50 [..., 1.90ba/s,
+// loss/train/total=2.3]" or, by batches, "train                          45%|...|
+// 450/1000"; any other label is an evaluation: "eval           Epoch   0:",
+// "eval           Batch 450:".
+func composerLine(tl []byte, h *hitSet, r *phaseHit) bool {
+	if h.has(kwBatchEq) {
+		a := tl
+		e := int64(-1)
+		if bHasPrefix(a, "[epoch=") {
+			v, n, ok := scanInt(a[len("[epoch="):])
+			if !ok || !bHasPrefix(a[len("[epoch=")+n:], "]") {
+				return false
+			}
+			e, a = v, a[len("[epoch=")+n+1:]
+		}
+		if bHasPrefix(a, "[batch=") {
+			c, tot, ok := barCounter(a, 0)
+			if !ok {
+				return false
+			}
+			*r = newPhaseHit(PhaseTrain)
+			r.cur, r.tot = c, tot
+			if e >= 0 {
+				r.epoch = e
+				r.inEpoch(c, tot)
+			} else {
+				r.global(c, tot)
+			}
+			return true
+		}
+	}
+	// A label (a lower-case name, two spaces or more after it), then
+	// batches per second on the bar.
+	i := 0
+	for i < len(tl) && i < 40 && tl[i] != ' ' {
+		i++
+	}
+	if i == 0 || i+2 > len(tl) || tl[i+1] != ' ' || !(tl[0] >= 'a' && tl[0] <= 'z') || !bHas(tl[i:], "ba/s") {
+		return false
+	}
+	label, a := tl[:i], trimSpaceLeft(tl[i:])
+	var word string
+	for _, w := range [...]string{"Epoch", "Batch"} {
+		if bHasPrefix(a, w) {
+			word = w
+		}
+	}
+	if word != "" {
+		v, n, ok := scanInt(trimSpaceLeft(a[len(word):]))
+		if !ok {
+			return false
+		}
+		rest := trimSpaceLeft(a[len(word):])[n:]
+		if !bHasPrefix(rest, ":") {
+			return false
+		}
+		a = rest[1:]
+		if string(label) == "train" {
+			*r = newPhaseHit(PhaseTrain)
+			if word == "Epoch" {
+				r.epoch = v
+			}
+		} else {
+			*r = newPhaseHit(PhaseVal)
+		}
+	} else if string(label) == "train" {
+		*r = newPhaseHit(PhaseTrain)
+	} else {
+		return false
+	}
+	j := bytes.IndexByte(a, '|')
+	if j < 0 {
+		return false
+	}
+	r.cur, r.tot, _ = barCounter(a, j)
+	switch {
+	case r.phase == PhaseVal:
+		r.done = r.tot > 0 && r.cur == r.tot
+	case word == "Epoch":
+		r.inEpoch(r.cur, r.tot)
+	case word == "":
+		r.global(r.cur, r.tot)
+	}
+	return true
+}
+
+// torchtuneBar reads torchtune's training bar, whose description is
+// "epoch|global step|Loss: value": "1|12|Loss: 2.3456:  12%|█▏  | 12/100
+// [00:30<03:40,  2.45s/it]" (the bar counts the epoch's optimizer steps).
+// e is the first number of tl and n1 its length.
+func torchtuneBar(tl []byte, e int64, n1 int, r *phaseHit) bool {
+	a := tl[n1+1:]
+	g, n, ok := scanInt(a)
+	if !ok || len(a) == 0 || !asciiDigit(a[0]) || !bHasPrefix(a[n:], "|Loss: ") {
+		return false
+	}
+	*r = newPhaseHit(PhaseTrain)
+	r.epoch = e
+	if j := bytes.IndexByte(a[n+1:], '|'); j >= 0 {
+		r.cur, r.tot, _ = barCounter(a[n+1:], j)
+	}
+	r.global(g, -1)
+	return true
+}
+
+// tracebackFrame reads a traceback's frame line, `File "/x/training.py",
+// line 2101, in evaluate_and_print_results`: the function, when it names a
+// phase.
+func tracebackFrame(tl []byte, r *phaseHit) bool {
+	i := bIndex(tl, ", in ")
+	if i < 0 {
+		return false
+	}
+	name := trimSpace(tl[i+len(", in "):])
+	// Functions that run only while validating, or only while training, in
+	// the frameworks' code: a traceback that passes through one (the
+	// deepest, printed last, decides) shows the phase the failure happened
+	// in where the framework printed no marker before (Megatron-LM's
+	// evaluate_and_print_results, nanoGPT's estimate_loss, torchtitan's and
+	// torchtune's validate, Keras' evaluate). A switch, not a map: a map
+	// made the hot path measurably slower (BenchmarkClassifierLine).
+	switch string(name) {
+	case "evaluate", "evaluation_loop", "prediction_loop", "prediction_step", // Hugging Face, Keras, torchvision
+		"evaluate_and_print_results",                                         // Megatron-LM
+		"estimate_loss",                                                      // nanoGPT
+		"validate", "validation_step", "_evaluation_step", "evaluation_step", // timm, litgpt, torchtitan, torchtune; Lightning
+		"test_step", "predict_step", "val_step", "eval_step", // Lightning, Keras, MMEngine
+		"validate_one_epoch", "_fit_valid", "evaluate_batch", // ESPnet; SpeechBrain
+		"inference_on_dataset", "log_validation", "run_validation", // Detectron2; diffusers
+		"_eval_loop", "_eval_with_loader": // Composer; PaddleDetection
+		*r = newPhaseHit(PhaseVal)
+	case "training_step", "train_step", "train_one_epoch", "train_epoch", // Lightning, Hugging Face, Keras, ESPnet, torchvision
+		"backward", "optimizer_step", // torch.autograd; Lightning
+		"_fit_train", "fit_batch": // SpeechBrain
+		*r = newPhaseHit(PhaseTrain)
+	default:
+		return false
+	}
+	return true
 }

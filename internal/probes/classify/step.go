@@ -197,6 +197,12 @@ func namedEpoch(b []byte, h *hitSet) int64 {
 		if v, _, ok := fieldValue(b[off:], false); ok {
 			return v
 		}
+		if r := b[off:]; bHasPrefix(r, ": [") && len(r) > 3 && asciiDigit(r[3]) {
+			// PaddleOCR's "epoch: [2/500], global_step: 240"
+			if v, n, ok := scanInt(r[3:]); ok && 3+n < len(r) && r[3+n] == '/' {
+				return v
+			}
+		}
 	}
 	return -1
 }
