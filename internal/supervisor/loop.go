@@ -56,6 +56,8 @@ type loop struct {
 	// memoFrom: the command's own knob values, before a memo (policy key
 	// memo) replaced them; nil when the policy keeps no memo.
 	memoFrom policy.Values
+	// memoKey, memoDev: this run's memo key and the device it names (memo.go).
+	memoKey, memoDev string
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []gpu.Sample
