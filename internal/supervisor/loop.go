@@ -105,6 +105,8 @@ type attemptRow struct {
 	decision string
 	// Peak fraction of GPU capacity in use, per phase (0: unknown).
 	peakTrain, peakVal float64
+	// Fraction in use at each phase's first sample (0: unknown).
+	startTrain, startVal float64
 	// stoppedBy is the stop signal gpuguard received while the attempt ran
 	// (Ctrl-C, kill, Slurm's end of the time limit), 0 if none.
 	stoppedBy syscall.Signal
@@ -115,6 +117,10 @@ type attemptRow struct {
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
 	return map[classify.Phase]float64{classify.PhaseTrain: r.peakTrain, classify.PhaseVal: r.peakVal}
+}
+
+func (r attemptRow) starts() map[classify.Phase]float64 {
+	return map[classify.Phase]float64{classify.PhaseTrain: r.startTrain, classify.PhaseVal: r.startVal}
 }
 
 // runLoop is Run with the attempt loop.
@@ -253,6 +259,7 @@ func (l *loop) attempts() int {
 			Attempt:    n,
 			StartStep:  startStep,
 			Peaks:      row.peaks(),
+			Starts:     row.starts(),
 			Rejections: row.rejections,
 			Terminated: terminated,
 			SlurmMem:   l.slurmMem(),
