@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
@@ -102,5 +103,19 @@ func TestFitShapesFailLikePyTorch(t *testing.T) {
 	_, starts, _, _ = resumed.attempt(resumed.value)
 	if got, want := starts[classify.PhaseTrain]*resumed.capacity, resumed.ctx+resumed.w+resumed.opt; got != want {
 		t.Errorf("%s: train started with %.0f in use, want the optimizer states too (%.0f)", resumed.name, got, want)
+	}
+}
+
+// docs/performance.md quotes the fit table; it is what fitTable prints.
+func TestDocsQuoteTheFitTable(t *testing.T) {
+	t.Chdir("../..")
+	var b strings.Builder
+	fitTable(&b, false)
+	doc, err := os.ReadFile("docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```\n"+b.String()+"```\n") {
+		t.Errorf("docs/performance.md does not quote the table go run ./bench/relaunch -fit prints:\n%s", b.String())
 	}
 }

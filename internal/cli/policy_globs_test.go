@@ -116,3 +116,31 @@ func TestCheckWarnsOfGlobsMatchingNothing(t *testing.T) {
 		t.Errorf("with a {knob} glob: %q", stderr)
 	}
 }
+
+// docs/policy.md quotes the warning, and the glob policy init writes for
+// its example command.
+func TestDocsQuoteTheGlobLines(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.yaml")
+	write(t, path, "version: 1\ncheckpoints:\n  globs: [ckpt/*.pt]\n")
+	if err := policyCheckRun(&policyCheckOptions{Path: path, Dir: dir, Out: &bytes.Buffer{}, ErrOut: &stderr}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "\n"+stderr.String()) {
+		t.Errorf("docs/policy.md does not quote the warning:\n%s", stderr.String())
+	}
+	var out bytes.Buffer
+	if err := policyInitRun(&policyInitOptions{Argv: []string{"python", "train.py", "--save_dir", "runs/exp1"}, Dir: dir, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	_, globs, _ := strings.Cut(out.String(), "\n  globs: ")
+	globs, _, _ = strings.Cut(globs, "\n")
+	if !strings.Contains(string(doc), "`globs: "+globs+"`") {
+		t.Errorf("docs/policy.md does not quote the globs written: %s", globs)
+	}
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -149,5 +150,19 @@ func TestFitCombinesAttempts(t *testing.T) {
 	}
 	if len(d2.State.Seen) != 2 {
 		t.Errorf("seen %d entries, want 2", len(d2.State.Seen))
+	}
+}
+
+// docs/policy.md quotes a fit decision; it is what Decide says for the
+// figures it shows.
+func TestDocsQuoteAFitDecision(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := actionPolicy(t, "fit: a")
+	d := p.Decide(NewState(Values{"a": Text("64")}), withStart(oomFigures(80, 40, 40), 0.25))
+	if !strings.Contains(string(doc), "\n"+d.Describe()+"\n") {
+		t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", d.Describe())
 	}
 }

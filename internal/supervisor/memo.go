@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -212,8 +213,18 @@ func (l *loop) applyMemo(status *Status) {
 	for k, v := range e.To {
 		vals[k] = v
 	}
-	status.Printf("memo: starting from the memo with %s, what run %s ended with on %s on %s (the command gives %s); --no-memo starts from the command's own values",
-		describeValues(e.To), displayPath(e.Run, l.wd), e.At.Format(time.DateTime), e.Device, describeValues(e.From))
+	status.Printf("%s", memoStartingLine(e, l.wd))
+}
+
+// memoStartingLine is what a run that starts from the memo says.
+func memoStartingLine(e memoEntry, wd string) string {
+	return fmt.Sprintf("memo: starting from the memo with %s, what run %s ended with on %s on %s (the command gives %s); --no-memo starts from the command's own values",
+		describeValues(e.To), displayPath(e.Run, wd), e.At.Format(time.DateTime), e.Device, describeValues(e.From))
+}
+
+// memoRememberedLine is what a run that kept its values in the memo says.
+func memoRememberedLine(to policy.Values, path, device string) string {
+	return fmt.Sprintf("memo: remembered %s in %s for the next run of this command on %s", describeValues(to), path, device)
 }
 
 // saveMemo records the values a successful run ended with, when they differ
@@ -246,7 +257,7 @@ func (l *loop) saveMemo() {
 		return
 	}
 	if changed && entry != nil {
-		l.job.Status.Printf("memo: remembered %s in %s for the next run of this command on %s", describeValues(to), path, device)
+		l.job.Status.Printf("%s", memoRememberedLine(to, path, device))
 	}
 }
 
@@ -267,6 +278,9 @@ func updateMemo(path, key string, entry *memoEntry) (bool, error) {
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	m, _ := readMemo(path) // a corrupt memo is replaced
+	if old, ok := m.Entries[key]; ok && entry != nil && sameEntry(old, *entry) {
+		return false, nil // a run that started from the memo and fitted: nothing new
+	}
 	if entry == nil {
 		if _, ok := m.Entries[key]; !ok {
 			return false, nil
@@ -303,4 +317,10 @@ func writeMemo(path string, m memo) error {
 		os.Remove(tmp.Name())
 	}
 	return werr
+}
+
+// sameEntry: a and b remember the same values for the same command.
+func sameEntry(a, b memoEntry) bool {
+	return a.Device == b.Device && a.Policy == b.Policy && slices.Equal(a.Command, b.Command) &&
+		maps.Equal(a.From, b.From) && maps.Equal(a.To, b.To)
 }

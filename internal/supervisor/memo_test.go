@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
@@ -114,5 +115,28 @@ func TestMemoKeyNamesTheDevice(t *testing.T) {
 		memoKey("q", argv, a40): true, memoKey("p", []string{"python", "train.py", "--bs", "8"}, a40): true}
 	if len(keys) != 5 {
 		t.Errorf("keys collide: %v", keys)
+	}
+}
+
+// docs/policy.md quotes both memo lines; they are what the code prints for
+// the values, path, run and device they show.
+func TestDocsQuoteTheMemoLines(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(time.DateTime, "2026-11-25 11:04:57")
+	if err != nil {
+		t.Fatal(err)
+	}
+	device := "host RAM 23.54 GiB RLIMIT_DATA 8.00 GiB"
+	for _, line := range []string{
+		memoRememberedLine(policy.Values{"batch_size": policy.Text("128")}, "/home/u/.cache/gpuguard/memo.json", device),
+		memoStartingLine(memoEntry{To: policy.Values{"batch_size": policy.Text("128")}, From: policy.Values{"batch_size": policy.Text("256")},
+			Run: "/work/exp/.gpuguard/runs/20261125-110456-dfa28c", At: at, Device: device}, "/work/exp"),
+	} {
+		if !strings.Contains(string(doc), "\n"+line+"\n") {
+			t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", line)
+		}
 	}
 }
