@@ -154,19 +154,21 @@ func (p *Policy) fitSeen(vals Values, out *Outcome) (FitSeen, bool) {
 //     of what the step adds at v: allocations after the failing one are not
 //     seen.
 //   - When the failing request is at least half of that growth, it is the
-//     step's large allocation (logits, a feature map) and the growth is
-//     taken as seen. When it is one of several like it (a layer's
-//     activations), as many may follow it: the growth is taken as twice
-//     what was seen, the median when the failure is equally likely anywhere
-//     in the series.
+//     step's one large allocation (logits, a feature map): the growth is
+//     known, and the estimate is the value whose F + growth stays under the
+//     ceiling less the headroom, even above half.
+//   - When it is one of a series (a layer's activations), what follows it
+//     is unknown, and the figures only bound the value from above (all
+//     that was seen counted as all that grows). fit then halves the memory
+//     the knob drives, as a blind retry would, unless even the bound is
+//     lower. (Reading the series as half seen, or the bound as the
+//     estimate, was measured worse: docs/performance.md.)
 //   - Earlier attempts of the run that failed in the same phase at other
-//     values each give a line through (0, F) and (value, need): fit keeps
-//     the steepest, so the slope only grows as failures add up.
+//     values (State.Seen) each give a line through (0, F) and (value,
+//     need): fit keeps the steepest, and the largest fixed part.
 //
-// The estimate is the value whose F + growth stays under the ceiling less
-// the headroom; never above the value at which what was seen, all counted
-// as growth, would fill it. Without the phase's start the fixed part is
-// unknown, and fit reads the error's figures alone (estimateNoStart).
+// Without the phase's start the fixed part is unknown, and fit reads the
+// error's figures alone (estimateNoStart).
 func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
 	f, why := figuresOf(out)
 	if why != "" {
