@@ -11,25 +11,17 @@ import (
 )
 
 // fitAction is `fit: knob`: after an out-of-memory error it sets the knob
-// (a batch size, a crop size) to the largest value that the error's figures
-// say fits, instead of halving and trying again. With figures it cannot use
-// it acts like halve, and says so.
+// (a batch size, a crop size) to the value that the figures say fits,
+// instead of halving and trying again. With figures it cannot use it acts
+// like halve, and says so.
 //
-// The figures: the device's total memory T, its free memory F and the
-// failing request R (classify.OOM), and the attempt's measured peak in the
-// failing phase (Outcome.Peaks). What was in use before the request, M = T
-// − F (or the measured peak when higher), is counted as the fixed part, and
-// the request as what the current value v needs beyond it: R/v per unit
-// (R/v² with scaling: quadratic, for a crop size). Of every straight line
-// through the point the figures give, this one has the largest fixed part,
-// so the value it chooses errs towards the smaller one. It cannot see the
-// allocations the step makes after the failing one: when the next attempt
-// fails again, fit reads that attempt's figures.
+// The figures: the error's total, free and requested memory (classify.OOM),
+// what was in use when the failing phase began (Outcome.Starts: the fixed
+// part) and the phase's measured peak (Outcome.Peaks), and the run's
+// earlier failures (State.Seen). estimate says how they are read.
 //
-// The new value is the largest whose estimate stays under the ceiling T
-// less headroom (default 10%), rounded down to a whole number and to
-// multiple_of, held within min and max; compensate keeps the effective
-// batch as halve does.
+// The new value is rounded down to a whole number and to multiple_of, held
+// within min and max; compensate keeps the effective batch as halve does.
 type fitAction struct {
 	knob string
 	actionOptions
