@@ -106,6 +106,14 @@ func policyCheckRun(o *policyCheckOptions) error {
 	}
 	fmt.Fprintf(o.Out, "%s: valid (policy version %d): %d knob(s): %s; %d rule(s): %s\n",
 		filename, policy.Version, len(p.Knobs()), strings.Join(p.Knobs(), ", "), len(p.Rules()), strings.Join(p.Rules(), ", "))
+	if !strings.HasPrefix(filename, presets.PresetPrefix) {
+		// A policy file is checked against the directory it is checked in:
+		// a glob that matches nothing now is a warning, not an error (the
+		// job may not have saved yet). A preset is not about this directory.
+		for _, w := range unmatchedGlobWarnings(p, o.Dir) {
+			fmt.Fprintln(o.ErrOut, w)
+		}
+	}
 	return nil
 }
 
@@ -158,6 +166,9 @@ func newPolicyInitCmd(s Streams, runF func(*policyInitOptions) error) *cli.Comma
 func policyInitRun(o *policyInitOptions) error {
 	name, why := presets.Guess(o.Argv)
 	data, _ := presets.Lookup(name)
+	if globs, from := guessedGlobs(o.Argv); len(globs) > 0 {
+		data, _ = withGuessedGlobs(data, globs, from)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gpuguard policy, written by `gpuguard policy init` for:\n#   %s\n", strings.Join(o.Argv, " "))
 	fmt.Fprintf(&b, "# Framework guessed: %s (%s). Other presets: %s.\n", name, why, strings.Join(presets.Names(), ", "))

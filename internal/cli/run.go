@@ -32,6 +32,8 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.StringFlag{Name: "resume-run", Usage: "continue the run kept in `DIR` with the settings that fit"},
 			&cli.BoolFlag{Name: "no-env", Usage: "do not add allocator settings to the command's environment"},
 			&cli.StringFlag{Name: "probe", Usage: "put a probe inside the job: `torch` reports phases, steps, memory and where an out-of-memory error was raised from inside PyTorch (docs/probe.md)"},
+			&cli.BoolFlag{Name: "memo", Usage: "start from the knob values that fitted the last run of this command on this device, and remember them after a run that relaunched (the policy's memo: true; kept in the user's cache directory)"},
+			&cli.BoolFlag{Name: "no-memo", Usage: "ignore the memo for this run: start from the command's own values, remember nothing"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the command, environment and derived config the first attempt would get, and what each rule would change; start nothing"},
 			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time the job gets to exit after a stop signal before it is killed"},
 			&cli.StringFlag{Name: "notify", Usage: "POST a JSON document to `URL` at the run's start, each relaunch, give-up and the run's end (docs/notify.md)", EnvVars: []string{"GPUGUARD_NOTIFY"}},
@@ -49,6 +51,15 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			if err := supervisor.CheckExitCodes(c.String("exit-codes")); err != nil {
 				return err
 			}
+			memo := ""
+			switch {
+			case c.Bool("memo") && c.Bool("no-memo"):
+				return usageError("--memo and --no-memo contradict each other; give one")
+			case c.Bool("memo"):
+				memo = "on"
+			case c.Bool("no-memo"):
+				memo = "off"
+			}
 			return runF(supervisor.Config{
 				Argv:      c.Args().Slice(),
 				PTY:       c.String("pty"),
@@ -58,6 +69,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				NoEnv:     c.Bool("no-env"),
 				Probe:     c.String("probe"),
 				DryRun:    c.Bool("dry-run"),
+				Memo:      memo,
 				Grace:     c.Duration("grace"),
 				Stdin:     s.In,
 				Stdout:    s.Out,

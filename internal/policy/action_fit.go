@@ -7,28 +7,21 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // fitAction is `fit: knob`: after an out-of-memory error it sets the knob
-// (a batch size, a crop size) to the largest value that the error's figures
-// say fits, instead of halving and trying again. With figures it cannot use
-// it acts like halve, and says so.
+// (a batch size, a crop size) to the value that the figures say fits,
+// instead of halving and trying again. With figures it cannot use it acts
+// like halve, and says so.
 //
-// The figures: the device's total memory T, its free memory F and the
-// failing request R (classify.OOM), and the attempt's measured peak in the
-// failing phase (Outcome.Peaks). What was in use before the request, M = T
-// − F (or the measured peak when higher), is counted as the fixed part, and
-// the request as what the current value v needs beyond it: R/v per unit
-// (R/v² with scaling: quadratic, for a crop size). Of every straight line
-// through the point the figures give, this one has the largest fixed part,
-// so the value it chooses errs towards the smaller one. It cannot see the
-// allocations the step makes after the failing one: when the next attempt
-// fails again, fit reads that attempt's figures.
+// The figures: the error's total, free and requested memory (classify.OOM),
+// what was in use when the failing phase began (Outcome.Starts: the fixed
+// part) and the phase's measured peak (Outcome.Peaks), and the run's
+// earlier failures (State.Seen). estimate says how they are read.
 //
-// The new value is the largest whose estimate stays under the ceiling T
-// less headroom (default 10%), rounded down to a whole number and to
-// multiple_of, held within min and max; compensate keeps the effective
-// batch as halve does.
+// The new value is rounded down to a whole number and to multiple_of, held
+// within min and max; compensate keeps the effective batch as halve does.
 type fitAction struct {
 	knob string
 	actionOptions
@@ -61,74 +54,233 @@ func (a *fitAction) numericKnobs() []string {
 	return []string{a.knob}
 }
 
-// estimate is the value the figures of out say fits, unrounded, and the
-// figures it used in words; or why the figures cannot be used.
-//
-// At value v the step needed at least N = M + R: what was in use before the
-// failing request, and the request. Two readings bound what fits under the
-// ceiling C. If all of N grows with the knob (no fixed part), the largest
-// value is v·C/N (v·√(C/N) with quadratic scaling); any fixed part only
-// lowers it, so nothing above it can fit: this is the upper bound. If all
-// of M is fixed and the request alone grows with the knob, the largest
-// value is (C − M)/(R/v): the reading with the largest fixed part, so the
-// smaller estimate, unless the step allocates more after the failing
-// request. fit takes that estimate, but not below half the value (the
-// reading is pessimistic when several allocations before the request grew
-// with the knob too, and halving is what a blind retry would do) unless the
-// request is at least all that PyTorch had allocated (then no allocation
-// like it came before, and what was in use is mostly fixed), and never
-// above the upper bound.
-func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
+// fitFigures are one failed attempt's memory figures, in bytes: the
+// ceiling (the device's total), what was in use when the failing request
+// was made, the request, what was in use when the failing phase began (0:
+// unknown) and the phase's measured peak (0: unknown).
+type fitFigures struct {
+	total, inUse, req, start, peak float64
+}
+
+// figuresOf reads the figures of out, or says why they cannot be used.
+func figuresOf(out *Outcome) (fitFigures, string) {
 	if out == nil {
-		return 0, "", "no out-of-memory figures yet"
+		return fitFigures{}, "no out-of-memory figures yet"
 	}
 	o := out.Verdict.OOM
 	if o == nil || o.TotalBytes == nil || o.RequestedBytes == nil || *o.TotalBytes <= 0 || *o.RequestedBytes <= 0 {
-		return 0, "", "the error gave no total and requested memory"
+		return fitFigures{}, "the error gave no total and requested memory"
 	}
-	total, req := float64(*o.TotalBytes), float64(*o.RequestedBytes)
-	var inUse float64
+	f := fitFigures{total: float64(*o.TotalBytes), req: float64(*o.RequestedBytes)}
 	switch {
 	case o.FreeBytes != nil:
-		inUse = total - float64(*o.FreeBytes)
+		f.inUse = f.total - float64(*o.FreeBytes)
 	case o.InUseBytes != nil:
-		inUse = float64(*o.InUseBytes)
+		f.inUse = float64(*o.InUseBytes)
 	case o.AllocatedBytes != nil:
-		inUse = float64(*o.AllocatedBytes)
+		f.inUse = float64(*o.AllocatedBytes)
 		if o.ReservedUnallocatedBytes != nil {
-			inUse += float64(*o.ReservedUnallocatedBytes)
+			f.inUse += float64(*o.ReservedUnallocatedBytes)
 		}
 	default:
-		return 0, "", "the error gave neither free nor allocated memory"
+		return fitFigures{}, "the error gave neither free nor allocated memory"
 	}
+	ph := out.Verdict.Phase
+	if s := out.Starts[ph]; s > 0 && s < 1 {
+		f.start = s * f.total
+	}
+	if pk := out.Peaks[ph]; pk > 0 {
+		f.peak = pk * f.total
+	}
+	return f, ""
+}
+
+// FitSeen is what one failed attempt's figures said about the memory its
+// failing phase needed, kept in the State so that fit can combine the
+// attempts of a run: at Values (the numeric knobs' values then), the phase
+// needed at least Need bytes of Total, of which Fixed (0: unknown) were in
+// use when the phase began.
+type FitSeen struct {
+	Attempt int               `json:"attempt"`
+	Phase   classify.Phase    `json:"phase"`
+	Values  map[string]string `json:"values"`
+	Total   int64             `json:"total"`
+	Need    int64             `json:"need"`
+	Fixed   int64             `json:"fixed,omitempty"`
+}
+
+// maxFitSeen bounds the history a State keeps.
+const maxFitSeen = 8
+
+// fitSeen is the record Decide keeps of out (false without usable figures).
+func (p *Policy) fitSeen(vals Values, out *Outcome) (FitSeen, bool) {
+	f, why := figuresOf(out)
+	if why != "" {
+		return FitSeen{}, false
+	}
+	s := FitSeen{Attempt: out.Attempt, Phase: out.Verdict.Phase, Values: map[string]string{},
+		Total: int64(f.total), Need: int64(math.Max(f.inUse+f.req, f.peak)), Fixed: int64(f.start)}
+	for _, k := range p.knobs {
+		if v, ok := vals[k.name]; ok && !v.Null {
+			if _, err := strconv.ParseFloat(v.Text, 64); err == nil {
+				s.Values[k.name] = v.Text
+			}
+		}
+	}
+	return s, true
+}
+
+// estimate is the value the figures of out say fits, unrounded, and the
+// figures it used in words; or why the figures cannot be used.
+//
+// At value v the failing phase needed at least N = M + R: what was in use
+// when the failing request was made, and the request (or the phase's
+// measured peak, when higher). An out-of-memory error always comes near the
+// ceiling, so N alone says little; what matters is how N splits into a
+// fixed part and a part that grows with the knob, and how much of the
+// step's growth came before the failing request:
+//
+//   - The fixed part F is what was in use when the phase began (the
+//     sampler's first sample of the phase: weights, CUDA context, and the
+//     optimizer states once made). The growth seen is N − F, a lower bound
+//     of what the step adds at v: allocations after the failing one are not
+//     seen.
+//   - When the failing request is at least half of that growth, it is the
+//     step's one large allocation (logits, a feature map): the growth is
+//     known, and the estimate is the value whose F + growth stays under the
+//     ceiling less the headroom, even above half.
+//   - When it is one of a series (a layer's activations), what follows it
+//     is unknown, and the figures only bound the value from above (all
+//     that was seen counted as all that grows). fit then halves the memory
+//     the knob drives, as a blind retry would, unless even the bound is
+//     lower. (Reading the series as half seen, or the bound as the
+//     estimate, was measured worse: docs/performance.md.)
+//   - Earlier attempts of the run that failed in the same phase at other
+//     values (State.Seen) each give a line through (0, F) and (value,
+//     need): fit keeps the steepest, and the largest fixed part.
+//
+// Without the phase's start the fixed part is unknown, and fit reads the
+// error's figures alone (estimateNoStart).
+func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) {
+	f, why := figuresOf(out)
+	if why != "" {
+		return 0, "", why
+	}
+	ceiling := f.total * (1 - *a.headroom)
+	need := f.inUse + f.req
 	used := "in use"
-	if pk := out.Peaks[out.Verdict.Phase]; pk > 0 && pk*total > inUse {
-		inUse, used = pk*total, "in use at the measured peak"
+	if f.peak > need {
+		need, used = f.peak, "the measured peak"
+	}
+	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), humanize.Size(int64(f.total)), pct(*a.headroom))
+	val := formatNumber(v, v == math.Trunc(v))
+	if need <= ceiling {
+		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", val, humanize.Size(int64(need)), under)
+	}
+	if f.start <= 0 || f.start >= f.inUse {
+		return a.estimateNoStart(out, f, v)
+	}
+	units, per := a.units(v), "per unit"
+	if a.scaling == "quadratic" {
+		per = "per unit²"
+	}
+	fixed := f.start
+	seen := need - fixed
+	series := f.req < seen/2
+	slope := seen / units
+	figures := fmt.Sprintf("%s needed at least %s (%s + the %s request), over %s; %s of it in use when %s began (fixed), %s grew with %s",
+		val, humanize.Size(int64(need)), used, humanize.Size(int64(f.req)), under,
+		humanize.Size(int64(fixed)), phaseName(out.Verdict.Phase), humanize.Size(int64(seen)), a.knob)
+	for _, s := range out.seen {
+		sv, err := strconv.ParseFloat(s.Values[a.knob], 64)
+		if err != nil || s.Phase != out.Verdict.Phase || s.Fixed <= 0 || sv <= 0 || sv == v || s.Attempt >= out.Attempt {
+			continue
+		}
+		if sl := float64(s.Need-s.Fixed) / a.units(sv); sl > slope {
+			slope = sl
+			figures += fmt.Sprintf("; attempt %d at %s needed %s over its %s fixed, a steeper line", s.Attempt, s.Values[a.knob], humanize.Size(s.Need), humanize.Size(s.Fixed))
+		}
+		fixed = math.Max(fixed, float64(s.Fixed))
+	}
+	if fixed >= ceiling {
+		return v / 2, figures + "; the fixed part alone is over the ceiling: taking half the value", ""
+	}
+	next := a.root((ceiling - fixed) / slope)
+	figures += fmt.Sprintf("; ~%s %s", humanize.Bytes(uint64(slope)), per)
+	if !series {
+		return next, figures + fmt.Sprintf("; the failing request is most of that growth, so the step's growth is known: taking %s, the largest whose estimate stays under the ceiling", formatNumber(math.Floor(next), true)), ""
+	}
+	// The failing request is one of a series (a layer's activations) seen
+	// only in part: what follows it is unknown, and an out-of-memory error
+	// always comes near the ceiling, so the figures say only that nothing
+	// above the estimate can fit. fit then halves the memory the knob
+	// drives, as a blind retry would, unless even that is above the
+	// estimate.
+	half := a.root(units / 2)
+	if next < half {
+		return next, figures + fmt.Sprintf("; the %s request is one of several, and even counting only what was seen, no more than %s fits: taking it", humanize.Size(int64(f.req)), formatNumber(math.Floor(next), true)), ""
+	}
+	return half, figures + fmt.Sprintf("; the %s request is one of several and what follows it is unknown, so that only bounds the value (at most %s): taking %s, half the memory %s drives",
+		humanize.Size(int64(f.req)), formatNumber(math.Floor(next), true), formatNumber(math.Floor(half), true), a.knob), ""
+}
+
+func (a *fitAction) units(v float64) float64 {
+	if a.scaling == "quadratic" {
+		return v * v
+	}
+	return v
+}
+
+func (a *fitAction) root(x float64) float64 {
+	if a.scaling == "quadratic" {
+		return math.Sqrt(x)
+	}
+	return x
+}
+
+func phaseName(p classify.Phase) string {
+	if p == "" {
+		return "the phase"
+	}
+	return string(p)
+}
+
+// estimateNoStart is the estimate from the error's figures alone, when the
+// phase's start was not measured (no GPU sampling). Two readings bound the
+// value. If all of N grows with the knob (no fixed part), the largest value
+// is v·C/N (v·√(C/N) with quadratic scaling); any fixed part only lowers
+// it, so nothing above it can fit: this is the upper bound. If all of M is
+// fixed and the request alone grows with the knob, the largest value is
+// (C − M)/(R/v): the reading with the largest fixed part, so the smaller
+// estimate, unless the step allocates more after the failing request. fit
+// takes that estimate, but not below half the value (the reading is
+// pessimistic when several allocations before the request grew with the
+// knob too, and halving is what a blind retry would do) unless the request
+// is at least all that PyTorch had allocated (then no allocation like it
+// came before, and what was in use is mostly fixed), and never above the
+// upper bound.
+func (a *fitAction) estimateNoStart(out *Outcome, f fitFigures, v float64) (float64, string, string) {
+	o := out.Verdict.OOM
+	total, req, inUse := f.total, f.req, f.inUse
+	used := "in use"
+	if f.peak > inUse {
+		inUse, used = f.peak, "in use at the measured peak"
 	}
 	ceiling := total * (1 - *a.headroom)
 	need := inUse + req
 	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), humanize.Size(int64(total)), pct(*a.headroom))
 	figures := fmt.Sprintf("%s needed at least %s (%s %s + the %s request), over %s",
 		formatNumber(v, v == math.Trunc(v)), humanize.Size(int64(need)), humanize.Size(int64(inUse)), used, humanize.Size(int64(req)), under)
-	if need <= ceiling {
-		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", formatNumber(v, v == math.Trunc(v)), humanize.Size(int64(need)), under)
-	}
-	root := func(x float64) float64 {
-		if a.scaling == "quadratic" {
-			return math.Sqrt(x)
-		}
-		return x
-	}
-	units, per := v, "per unit"
+	units, per := a.units(v), "per unit"
 	if a.scaling == "quadratic" {
-		units, per = v*v, "per unit²"
+		per = "per unit²"
 	}
-	upper := v * root(ceiling/need)
+	upper := v * a.root(ceiling/need)
 	next := v / 2
 	why := "half the value: the figures say no more"
 	if inUse < ceiling {
 		perUnit := req / units
-		fixed := root((ceiling - inUse) / perUnit)
+		fixed := a.root((ceiling - inUse) / perUnit)
 		figures += fmt.Sprintf("; ~%s if what was in use is fixed and the request grows by ~%s %s", formatNumber(math.Floor(fixed), true), humanize.Bytes(uint64(perUnit)), per)
 		// A request at least as large as all PyTorch held before it cannot
 		// have been preceded by another like it: what was in use is then

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -71,5 +72,97 @@ func TestFitPreviewSaysSo(t *testing.T) {
 	lines := p.Preview(Values{"a": Text("64")})
 	if len(lines) != 1 || !strings.Contains(lines[0], "a 64→32") || !strings.Contains(lines[0], "(fit sets a from the OOM message's figures; shown: halving, what it does without them)") {
 		t.Errorf("preview %q", lines)
+	}
+}
+
+// withStart is oomFigures with the fraction in use when the train phase
+// began, as the sampler measures it.
+func withStart(o Outcome, start float64) Outcome {
+	o.Starts = map[classify.Phase]float64{classify.PhaseTrain: start}
+	return o
+}
+
+// With the phase's start, fit splits what the step needed into the fixed
+// part and what grew with the knob, and trusts the growth only when the
+// failing request is most of it.
+func TestFitWithPhaseStart(t *testing.T) {
+	for _, tc := range []struct {
+		name, step string
+		v          string
+		out        Outcome
+		want       string
+	}{
+		// 80 GiB; 20 in use when train began; 40 in use + a 40 GiB request
+		// (logits): the growth is 60 GiB at 64, 0.9375 GiB per sample; (72 −
+		// 20) / 0.9375 = 55.
+		{"one large request: the estimate, above half", "fit: a", "64", withStart(oomFigures(80, 40, 40), 0.25),
+			"a 64→55; fit: 64 needed at least 80.00 GiB (in use + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; the failing request is most of that growth, so the step's growth is known: taking 55, the largest whose estimate stays under the ceiling"},
+		// The same need, but the request is one 4 GiB layer of a series: 60
+		// GiB seen bounds the value at 55; what follows is unknown: half.
+		{"a series seen in part: half", "fit: a", "64", withStart(oomFigures(80, 4, 4), 0.25),
+			"a 64→32; fit: 64 needed at least 80.00 GiB (in use + the 4.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; the 4.00 GiB request is one of several and what follows it is unknown, so that only bounds the value (at most 55): taking 32, half the memory a drives"},
+		{"quadratic: half the memory is the side over √2", "{fit: a, scaling: quadratic}", "1024", withStart(oomFigures(24, 1, 2), 0.03125),
+			"a 1024→724; fit: 1024 needed at least 25.00 GiB (in use + the 2.00 GiB request), over the 21.60 GiB ceiling (24.00 GiB less 10% headroom); 768 MiB of it in use when train began (fixed), 24.25 GiB grew with a; ~24.2 KiB per unit²; the 2.00 GiB request is one of several and what follows it is unknown, so that only bounds the value (at most 949): taking 724, half the memory a drives"},
+		{"the fixed part alone over the ceiling: half", "fit: a", "64", withStart(oomFigures(80, 4, 60), 0.92),
+			"a 64→32; fit: 64 needed at least 136.00 GiB (in use + the 60.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 73.60 GiB of it in use when train began (fixed), 62.40 GiB grew with a; the fixed part alone is over the ceiling: taking half the value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := actionPolicy(t, tc.step)
+			d := p.Decide(NewState(Values{"a": Text(tc.v)}), tc.out)
+			if d.Verb != Relaunch {
+				t.Fatalf("%s: %s", d.Verb, d.Reason)
+			}
+			got := strings.TrimPrefix(d.Describe(), "rule r step 1: ")
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("Describe\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// fit combines the attempts of a run: each failed attempt's figures are
+// kept in the State (Seen), and a later failure at another value takes the
+// steepest line through the phase's start and each attempt's need.
+func TestFitCombinesAttempts(t *testing.T) {
+	p := actionPolicy(t, "fit: a")
+	// Attempt 1 at 64: 20 GiB fixed, a 40 GiB request on 40 in use: 60 GiB
+	// grew (0.94 GiB per unit) → 55.
+	d := p.Decide(NewState(Values{"a": Text("64")}), withStart(oomFigures(80, 40, 40), 0.25))
+	if d.Verb != Relaunch || d.State.Values["a"].Text != "55" || len(d.State.Seen) != 1 {
+		t.Fatalf("attempt 1: %s, seen %+v", d.Describe(), d.State.Seen)
+	}
+	if s := d.State.Seen[0]; s.Values["a"] != "64" || s.Need != 80<<30 || s.Fixed != 20<<30 || s.Total != 80<<30 || s.Phase != classify.PhaseTrain {
+		t.Errorf("seen %+v", s)
+	}
+	// Attempt 2, at 32 after other changes, resumed with more in use when
+	// train began (45 GiB: optimizer states loaded) and a 3 GiB layer
+	// failing on 70 in use: 28 GiB grew, 0.875 per unit, a flatter line
+	// than attempt 1's (0.94): fit keeps attempt 1's and the larger fixed
+	// part, (72 − 45) / 0.94 = 28, above half: a series, so half, 16.
+	st := d.State
+	st.Values["a"] = Text("32")
+	out := withStart(oomFigures(80, 10, 3), 0.5625)
+	out.Attempt = 2
+	d2 := p.Decide(st, out)
+	want := "a 32→16; fit: 32 needed at least 73.00 GiB (in use + the 3.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 45.00 GiB of it in use when train began (fixed), 28.00 GiB grew with a; attempt 1 at 64 needed 80.00 GiB over its 20.00 GiB fixed, a steeper line; ~960 MiB per unit; the 3.00 GiB request is one of several and what follows it is unknown, so that only bounds the value (at most 28): taking 16, half the memory a drives"
+	if got := strings.TrimPrefix(d2.Describe(), "rule r step 1: "); d2.Verb != Relaunch || !strings.HasPrefix(got, want) {
+		t.Errorf("attempt 2:\n got %q\nwant %q", got, want)
+	}
+	if len(d2.State.Seen) != 2 {
+		t.Errorf("seen %d entries, want 2", len(d2.State.Seen))
+	}
+}
+
+// docs/policy.md quotes a fit decision; it is what Decide says for the
+// figures it shows.
+func TestDocsQuoteAFitDecision(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := actionPolicy(t, "fit: a")
+	d := p.Decide(NewState(Values{"a": Text("64")}), withStart(oomFigures(80, 40, 40), 0.25))
+	if !strings.Contains(string(doc), "\n"+d.Describe()+"\n") {
+		t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", d.Describe())
 	}
 }

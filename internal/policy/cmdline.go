@@ -73,3 +73,61 @@ func setOccurrences(argv []string, occ []occurrence, value string) {
 		argv[o.idx] = o.prefix + value
 	}
 }
+
+// WithoutResume is argv without the arguments that pass a checkpoint, as
+// the policy's checkpoints.pass adds them ("--resume PATH", "ckpt_path=PATH",
+// a template's words): the command as the user means it, whichever
+// checkpoint it resumes from. The memo keys its entries by it.
+func (p *Policy) WithoutResume(argv []string) []string {
+	ps := p.ckptPass
+	drop := map[int]bool{}
+	switch ps.how {
+	case "flag":
+		for _, o := range findFlag(argv, []string{ps.name}) {
+			drop[o.idx] = true
+			if o.prefix == "" {
+				drop[o.idx-1] = true
+			}
+		}
+	case "arg":
+		for _, o := range findArg(argv, ps.name) {
+			drop[o.idx] = true
+		}
+	case "template":
+		n := len(ps.template)
+		for i := 1; n > 0 && i+n <= len(argv); i++ {
+			if templateAt(argv[i:i+n], ps.template) {
+				for j := i; j < i+n; j++ {
+					drop[j] = true
+				}
+				i += n - 1
+			}
+		}
+	}
+	out := make([]string, 0, len(argv))
+	for i, w := range argv {
+		if !drop[i] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// templateAt reports whether words are the template's, {checkpoint} standing
+// for any text.
+func templateAt(words, template []string) bool {
+	for i, t := range template {
+		pre, post, ok := strings.Cut(t, "{checkpoint}")
+		if !ok {
+			if words[i] != t {
+				return false
+			}
+			continue
+		}
+		w := words[i]
+		if len(w) < len(pre)+len(post) || !strings.HasPrefix(w, pre) || !strings.HasSuffix(w, post) {
+			return false
+		}
+	}
+	return true
+}

@@ -34,6 +34,12 @@ type Outcome struct {
 	// Peaks is the highest fraction of GPU memory in use per phase during
 	// the attempt; a missing phase or 0 means unknown.
 	Peaks map[classify.Phase]float64
+	// Starts is the fraction of GPU memory in use at each phase's first
+	// sample, about the phase's fixed part (weights, CUDA context, optimizer
+	// states once made); a missing phase or 0 means unknown. fit reads it.
+	Starts map[classify.Phase]float64
+	// seen: the run's earlier figures (State.Seen), for fit; Decide sets it.
+	seen []FitSeen
 	// Terminated: gpuguard itself received a terminating signal (Slurm
 	// preemption, scancel, Ctrl-C). Such a job is never relaunched.
 	Terminated bool
@@ -61,6 +67,9 @@ type State struct {
 	Values     Values                `json:"values"`            // current knob values (and EnvKey variables)
 	// Last is what the last relaunch changed, and the failure it answered.
 	Last *Relaunched `json:"last,omitempty"`
+	// Seen is what the run's failed attempts' memory figures said (the
+	// last few), for fit to combine.
+	Seen []FitSeen `json:"seen,omitempty"`
 }
 
 // RuleState is a rule's progress through its steps.
@@ -84,6 +93,7 @@ func (st State) clone() State {
 	if out.ByKind == nil {
 		out.ByKind = map[classify.Kind]int{}
 	}
+	out.Seen = slices.Clone(st.Seen)
 	out.Rules = make(map[string]RuleState, len(st.Rules))
 	for k, r := range st.Rules {
 		r.Acts = slices.Clone(r.Acts)
@@ -248,6 +258,13 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 		return d
 	}
 
+	out.seen = st.Seen
+	if s, ok := p.fitSeen(st.Values, &out); ok {
+		st.Seen = append(st.Seen, s)
+		if len(st.Seen) > maxFitSeen {
+			st.Seen = st.Seen[len(st.Seen)-maxFitSeen:]
+		}
+	}
 	var floors []string
 	var causes []string // steps passed over: their change was not the cause
 	matched := 0

@@ -420,3 +420,25 @@ rules:
 		})
 	}
 }
+
+// The memo keys a command without the arguments that pass a checkpoint, in
+// each way checkpoints.pass adds them.
+func TestWithoutResume(t *testing.T) {
+	for _, tc := range []struct{ pass, argv, want string }{
+		{"{flag: --resume}", "python train.py --bs 8 --resume out/step_4.pt", "python train.py --bs 8"},
+		{"{flag: --resume}", "python train.py --resume=out/step_4.pt --bs 8", "python train.py --bs 8"},
+		{"{arg: ckpt_path}", "python train.py +ckpt_path=x.ckpt trainer.max_epochs=3", "python train.py trainer.max_epochs=3"},
+		{"{template: \"fit --ckpt_path {checkpoint}\"}", "python main.py fit --ckpt_path a/b.ckpt --bs 2", "python main.py --bs 2"},
+		{"{template: \"fit --ckpt_path {checkpoint}\"}", "python main.py fit --bs 2", "python main.py fit --bs 2"},
+		{"{env: RESUME_FROM}", "python train.py --resume x", "python train.py --resume x"},
+	} {
+		src := "version: 1\ncheckpoints:\n  globs: [out/*.pt]\n  pass: " + tc.pass + "\n"
+		p, err := Parse("p.yaml", []byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.pass, err)
+		}
+		if got := strings.Join(p.WithoutResume(strings.Fields(tc.argv)), " "); got != tc.want {
+			t.Errorf("%s: WithoutResume(%q) = %q, want %q", tc.pass, tc.argv, got, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"fmt"
 
 	"path/filepath"
 	"regexp"
@@ -129,18 +130,29 @@ func (l *loop) checkSaved(text []byte) {
 		displayPath(path, l.wd), globs, globFor(l.wd, path))
 }
 
-// unmatchedGlobs are the checkpoint globs (expanded) that match nothing in
-// wd now, for the dry run.
-func unmatchedGlobs(globs []string, wd string) []string {
-	var out []string
+// UnmatchedGlobs are the checkpoint globs (expanded) when none of them
+// matches anything in wd now, for the dry run and `gpuguard policy check`;
+// nil when one does (the others are alternatives: a framework saves in one
+// layout).
+func UnmatchedGlobs(globs []string, wd string) []string {
 	for _, g := range globs {
 		pat := g
 		if !filepath.IsAbs(pat) {
 			pat = filepath.Join(wd, pat)
 		}
-		if m, err := filepath.Glob(pat); err == nil && len(m) == 0 {
-			out = append(out, g)
+		if m, err := filepath.Glob(pat); err != nil || len(m) > 0 {
+			return nil
 		}
 	}
-	return out
+	return globs
+}
+
+// UnmatchedGlobWarning is what the dry run and `gpuguard policy check` say
+// of checkpoint globs none of which matches anything now.
+func UnmatchedGlobWarning(globs []string) string {
+	what := "checkpoint glob " + globs[0] + " matches nothing"
+	if len(globs) > 1 {
+		what = "none of the checkpoint globs (" + strings.Join(globs, ", ") + ") matches anything"
+	}
+	return fmt.Sprintf("warning: %s in the job's directory now: fine before the job's first save; otherwise no relaunch will find a checkpoint to resume from", what)
 }

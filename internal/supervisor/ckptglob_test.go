@@ -64,8 +64,15 @@ func TestUnmatchedGlobs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wd, "ckpt", "step_1.pt"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := unmatchedGlobs([]string{"ckpt/*.pt", "out/checkpoint-*"}, wd)
-	if !slices.Equal(got, []string{"out/checkpoint-*"}) {
+	// One glob matching is enough: the others are alternatives.
+	if got := UnmatchedGlobs([]string{"ckpt/*.pt", "out/checkpoint-*"}, wd); got != nil {
+		t.Errorf("unmatched %q, want none: ckpt/*.pt matches", got)
+	}
+	got := UnmatchedGlobs([]string{"ckpt/*.pth", "out/checkpoint-*"}, wd)
+	if !slices.Equal(got, []string{"ckpt/*.pth", "out/checkpoint-*"}) {
 		t.Errorf("unmatched %q", got)
+	}
+	if w := UnmatchedGlobWarning(got); w != "warning: none of the checkpoint globs (ckpt/*.pth, out/checkpoint-*) matches anything in the job's directory now: fine before the job's first save; otherwise no relaunch will find a checkpoint to resume from" {
+		t.Errorf("warning %q", w)
 	}
 }

@@ -17,6 +17,7 @@ type Config struct {
 	DryRun    bool          // print what the first attempt would get, start nothing
 	Grace     time.Duration // time between the polite signal and SIGKILL when stopping the job
 	Probe     string        // --probe: "torch" puts the torch probe in the job (docs/probe.md); "" none
+	Memo      string        // --memo "on", --no-memo "off", "" the policy's memo key (memo.go)
 
 	Notify        string // POST the run's notifications to this URL (notify package)
 	NotifyCommand string // run `sh -c` this with each notification on stdin

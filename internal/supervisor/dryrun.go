@@ -67,8 +67,8 @@ func (l *loop) dryRun(status *Status) int {
 		if spec := l.pol.Checkpoint(); len(spec.Globs) > 0 {
 			fmt.Fprintf(w, "checkpoints: %s (pass: %s)\n", strings.Join(spec.Globs, ", "), orNone(spec.Pass))
 			if exp, err := spec.Expand(l.state.Policies.Values); err == nil {
-				for _, g := range unmatchedGlobs(exp.Globs, l.wd) {
-					fmt.Fprintf(w, "warning: checkpoint glob %s matches nothing in the job's directory now: fine before the job's first save; otherwise no relaunch will find a checkpoint to resume from\n", g)
+				if g := UnmatchedGlobs(exp.Globs, l.wd); len(g) > 0 {
+					fmt.Fprintln(w, UnmatchedGlobWarning(g))
 				}
 			}
 		}

@@ -56,6 +56,8 @@ type loop struct {
 	// memoFrom: the command's own knob values, before a memo (policy key
 	// memo) replaced them; nil when the policy keeps no memo.
 	memoFrom policy.Values
+	// memoKey, memoDev: this run's memo key and the device it names (memo.go).
+	memoKey, memoDev string
 	// releaseBaseline: GPU memory in use before the last failed attempt
 	// started; the next attempt waits until use is back near it.
 	releaseBaseline []gpu.Sample
@@ -103,6 +105,8 @@ type attemptRow struct {
 	decision string
 	// Peak fraction of GPU capacity in use, per phase (0: unknown).
 	peakTrain, peakVal float64
+	// Fraction in use at each phase's first sample (0: unknown).
+	startTrain, startVal float64
 	// stoppedBy is the stop signal gpuguard received while the attempt ran
 	// (Ctrl-C, kill, Slurm's end of the time limit), 0 if none.
 	stoppedBy syscall.Signal
@@ -113,6 +117,10 @@ type attemptRow struct {
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
 	return map[classify.Phase]float64{classify.PhaseTrain: r.peakTrain, classify.PhaseVal: r.peakVal}
+}
+
+func (r attemptRow) starts() map[classify.Phase]float64 {
+	return map[classify.Phase]float64{classify.PhaseTrain: r.startTrain, classify.PhaseVal: r.startVal}
 }
 
 // runLoop is Run with the attempt loop.
@@ -251,6 +259,7 @@ func (l *loop) attempts() int {
 			Attempt:    n,
 			StartStep:  startStep,
 			Peaks:      row.peaks(),
+			Starts:     row.starts(),
 			Rejections: row.rejections,
 			Terminated: terminated,
 			SlurmMem:   l.slurmMem(),

@@ -504,6 +504,13 @@ func TestNoPresetRelaunchesUnchanged(t *testing.T) {
 		"fragmentation": {Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain, Fragmentation: true},
 		"host OOM":      {Kind: classify.KindHostOOM, Phase: classify.PhaseTrain},
 		"CPU allocator": {Kind: classify.KindCPUAllocOOM, Phase: classify.PhaseTrain},
+		// With figures, fit steps set the batch from them (and from the
+		// phase's start, below) instead of halving: a large request, and
+		// one layer of a series.
+		"train OOM, figures": {Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain,
+			OOM: &classify.OOM{TotalBytes: ptr64(80 << 30), FreeBytes: ptr64(2 << 30), RequestedBytes: ptr64(30 << 30)}},
+		"train OOM, a layer": {Kind: classify.KindGPUOOM, Phase: classify.PhaseTrain,
+			OOM: &classify.OOM{TotalBytes: ptr64(80 << 30), FreeBytes: ptr64(1 << 30), RequestedBytes: ptr64(2 << 30)}},
 	}
 	for _, name := range presets.Names() {
 		argv, ok := commands[name]
@@ -519,9 +526,21 @@ func TestNoPresetRelaunchesUnchanged(t *testing.T) {
 					t.Fatalf("preset %s: %d\n%s", name, code, lt.stderr.String())
 				}
 				st := lt.state0()
+				src, _ := presets.Lookup(name)
+				wantFit := v.OOM != nil && strings.Contains(string(src), "- fit: batch_size")
 				for n := 1; n <= 20; n++ {
-					d := lt.pol.Decide(st, policy.Outcome{Verdict: v, Exit: classify.Exit{Code: 1}, Attempt: n})
+					d := lt.pol.Decide(st, policy.Outcome{Verdict: v, Exit: classify.Exit{Code: 1}, Attempt: n,
+						Starts: map[classify.Phase]float64{classify.PhaseTrain: 0.25}})
+					if strings.Contains(d.Describe(), "batch_size") && strings.Contains(d.Describe(), "fit: ") {
+						if v.OOM != nil && strings.Contains(d.Describe(), "figures are unusable") {
+							t.Errorf("attempt %d: fit did not use the figures: %s", n, d.Describe())
+						}
+						wantFit = false
+					}
 					if d.Verb != policy.Relaunch {
+						if wantFit {
+							t.Errorf("preset %s has a fit step, and no decision used it", name)
+						}
 						return
 					}
 					if len(d.Changes) > 0 && !lt.changesLaunch(n+1, st.Values, d.State.Values) {
@@ -560,3 +579,5 @@ func TestLoopSaysInterruptedForCtrlC(t *testing.T) {
 		}
 	}
 }
+
+func ptr64(v int64) *int64 { return &v }

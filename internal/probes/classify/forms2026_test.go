@@ -198,7 +198,7 @@ func TestBackendForms(t *testing.T) {
 				oomWant{format: "modern_xpu", exception: "torch.OutOfMemoryError", requested: 2 * gib, free: rnd(1.38 * gib), tot: rnd(15.11 * gib), device: "GPU 0"}.check(t, v)
 			}},
 		{name: "TF 2.1x graph execution, Detected at node", log: "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Graph execution error:\n\nDetected at node resnet/conv2d_17/Conv2D defined at (most recent call last):\n  File \"/home/ml/train.py\", line 71, in <module>\n  File \"/usr/lib/python3/dist-packages/keras/src/backend/tensorflow/trainer.py\", line 51, in train_step\n\nOOM when allocating tensor with shape[128,256,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n\t [[{{node resnet/conv2d_17/Conv2D}}]]\n [Op:__inference_one_step_on_iterator_20412]\n",
-			kind: KindGPUOOM, rank: -1, check: func(t *testing.T, v Verdict) {
+			kind: KindGPUOOM, phase: PhaseTrain /* the train_step frame */, rank: -1, check: func(t *testing.T, v Verdict) {
 				oomWant{format: "tf_oom_tensor", exception: "tensorflow.python.framework.errors_impl.ResourceExhaustedError", requested: 128 * 256 * 56 * 56 * 4, free: -1, tot: -1, device: "/job:localhost/replica:0/task:0/device:GPU:0"}.check(t, v)
 				if v.Line != 7 {
 					t.Errorf("line %d, want the OOM line (7)", v.Line)

@@ -184,6 +184,11 @@ type memPhaseAcc struct {
 	ram        uint64
 	ramTotal   uint64
 	maxWorkers int
+	// start: the largest fraction of a GPU in use at the phase's first
+	// sample with GPU figures, about its fixed part (weights, CUDA context,
+	// optimizer states once made); startSet once taken.
+	start    float64
+	startSet bool
 }
 
 // NewSampler returns a sampler; it starts nothing until Run.
@@ -401,6 +406,9 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 			run.gpu[g.ID] = g.UsedBytes
 		}
 		run.gpuCap[g.ID] = g.TotalBytes
+		if !acc.startSet && g.TotalBytes > 0 {
+			acc.start = math.Max(acc.start, float64(g.UsedBytes)/float64(g.TotalBytes))
+		}
 		if phase == classify.PhaseVal && g.TotalBytes > 0 && float64(g.UsedBytes) >= ValPeakWarnFraction*float64(g.TotalBytes) {
 			if !s.valWarned[g.ID] {
 				s.valWarned[g.ID] = true
@@ -412,6 +420,9 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 						100*float64(g.UsedBytes)/float64(g.TotalBytes), 100*(1-ValPeakWarnFraction))})
 			}
 		}
+	}
+	if acc.start > 0 {
+		acc.startSet = true
 	}
 	tree, limit := hs.TreeBytes(), hs.LimitBytes()
 	if tree > acc.host || acc.samples == 1 {
@@ -738,7 +749,8 @@ func (s *Sampler) Summary() Summary {
 	for _, p := range phases {
 		a := s.acc[p]
 		ps := PhaseSummary{Phase: p, Samples: a.samples, HostPeakBytes: a.host, HostLimitBytes: a.hostLimit, HostPeakMs: a.hostMs,
-			CgroupPeakBytes: a.cg, CgroupLimitBytes: a.cgLimit, RAMPeakBytes: a.ram, RAMTotalBytes: a.ramTotal, MaxWorkers: a.maxWorkers}
+			CgroupPeakBytes: a.cg, CgroupLimitBytes: a.cgLimit, RAMPeakBytes: a.ram, RAMTotalBytes: a.ramTotal, MaxWorkers: a.maxWorkers,
+			StartFraction: a.start}
 		if a.hostLimit > 0 {
 			ps.HostPeakFraction = float64(a.host) / float64(a.hostLimit)
 		}

@@ -123,6 +123,14 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 	if got := sum.PeakFraction(classify.PhaseTrain); got != 21.0/40 {
 		t.Errorf("PeakFraction(train) = %v", got)
 	}
+	// What was in use at each phase's first sample, the larger GPU's: the
+	// fit action's fixed part. Training's second run does not replace it.
+	if got := sum.StartFraction(classify.PhaseTrain); got != 21.0/40 {
+		t.Errorf("StartFraction(train) = %v, want %v", got, 21.0/40)
+	}
+	if got := sum.StartFraction(classify.PhaseVal); got != 30.0/40 {
+		t.Errorf("StartFraction(val) = %v, want %v", got, 30.0/40)
+	}
 	if sum.PeakFraction("test") != 0 || sum.MaxPeakFraction() != 39.0/40 {
 		t.Errorf("PeakFraction(unsampled) / Max wrong")
 	}

@@ -65,6 +65,9 @@ type PhaseSummary struct {
 	GPU     []DevicePeak   `json:"gpu,omitempty"`
 	// PeakFraction is the largest peak/capacity over the GPUs (0 without).
 	PeakFraction float64 `json:"peak_fraction"`
+	// StartFraction is the largest fraction of a GPU in use at the phase's
+	// first sample (0 without GPU figures): about the phase's fixed part.
+	StartFraction float64 `json:"start_fraction,omitempty"`
 	// Host: the process tree's peak (PSS) against the ceiling that applies.
 	HostPeakBytes    uint64  `json:"host_peak_bytes"`
 	HostLimitBytes   uint64  `json:"host_limit_bytes"`
@@ -101,6 +104,15 @@ func (s MemorySummary) PeakFraction(p classify.Phase) float64 {
 		if ps.Phase == p {
 			return ps.PeakFraction
 		}
+	}
+	return 0
+}
+
+// StartFraction returns, for phase p, the fraction of GPU memory in use at
+// the phase's first sample (0 when unknown).
+func (s MemorySummary) StartFraction(p classify.Phase) float64 {
+	if ps, ok := s.Phase(p); ok {
+		return ps.StartFraction
 	}
 	return 0
 }
