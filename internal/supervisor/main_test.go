@@ -79,7 +79,7 @@ func runAsGpuguard(args []string) int {
 		runDir = ""
 	}
 	return Run(Config{
-		Argv: args[4:], PTY: args[0], Grace: grace, RunDir: runDir,
+		Argv: args[4:], PTY: args[0], Grace: grace, RunDir: runDir, Group: os.Getenv("GPUGUARD_GROUP"),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 }
