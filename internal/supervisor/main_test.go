@@ -28,6 +28,8 @@ import (
 //
 //	-fake MODE ...                     the fake trainer (supervisortest)
 //	-gpuguard PTY GRACE RUNDIR -- CMD  gpuguard itself: Run with that config
+//	-gpuguard-group WHERE RANK SIZE TIMEOUT RUNDIR POLICY -- CMD
+//	                                   gpuguard in a group (group_test.go)
 //	run -- gpuguard-internal-watchdog  an attempt's watchdog
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
@@ -36,6 +38,8 @@ func TestMain(m *testing.M) {
 			os.Exit(supervisortest.FakeTrainer(fakeSelf(), os.Args[2:]))
 		case "-gpuguard":
 			os.Exit(runAsGpuguard(os.Args[2:]))
+		case "-gpuguard-group":
+			os.Exit(runAsGroupMember(os.Args[2:]))
 		case "run":
 			if IsWatchdogInvocation(os.Args[3:]) {
 				os.Exit(watchdogMain())
