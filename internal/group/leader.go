@@ -14,6 +14,14 @@ import (
 // or the leader a member) for longer than its timeout: the run gives up.
 var ErrLost = errors.New("group peer lost")
 
+// lostError is a loss in words; errors.Is(err, ErrLost) holds.
+type lostError struct{ msg string }
+
+func (e lostError) Error() string        { return e.msg }
+func (e lostError) Is(target error) bool { return target == ErrLost }
+
+func lost(format string, a ...any) error { return lostError{fmt.Sprintf(format, a...)} }
+
 // Leader is the group's rank 0: it listens, takes members in, hears their
 // failures and reports, and sends them the stops, decisions and goes.
 type Leader struct {
@@ -32,7 +40,7 @@ type Leader struct {
 	closing  bool
 	readers  sync.WaitGroup
 	stops    chan Notice
-	lost     chan struct{}
+	lostC    chan struct{}
 	quit     chan struct{}
 	lostOnce sync.Once
 }
@@ -51,7 +59,7 @@ func Listen(spec Spec) (*Leader, error) {
 	}
 	l := &Leader{
 		spec: spec, ln: ln, peers: map[int]*wire{}, hosts: map[int]string{}, gone: map[int]time.Time{},
-		changed: make(chan struct{}), stops: make(chan Notice, 4), lost: make(chan struct{}), quit: make(chan struct{}),
+		changed: make(chan struct{}), stops: make(chan Notice, 4), lostC: make(chan struct{}), quit: make(chan struct{}),
 	}
 	if spec.Dir != "" {
 		port := ln.Addr().(*net.TCPAddr).Port
@@ -194,7 +202,7 @@ func (l *Leader) broke(rank int, w *wire, err error) {
 		at, still := l.gone[rank]
 		l.mu.Unlock()
 		if still && at.Equal(since) {
-			l.setLost(fmt.Errorf("%w: member rank %d (%s) has not answered for %s (%v)", ErrLost, rank, host, l.spec.Timeout, err))
+			l.setLost(lost("member rank %d (%s) has not answered for %s (%v)", rank, host, l.spec.Timeout, err))
 		}
 	}()
 }
@@ -205,7 +213,7 @@ func (l *Leader) setLost(err error) {
 		l.lostErr = err
 		l.changedLocked()
 		l.mu.Unlock()
-		close(l.lost)
+		close(l.lostC)
 	})
 }
 
@@ -292,7 +300,7 @@ func (l *Leader) WaitJoined(cancel <-chan struct{}) error {
 			}
 		}
 		l.mu.Unlock()
-		return fmt.Errorf("%w: rank(s) %v of %d did not join the group at %s within %s", ErrLost, missing, l.spec.Size, l.spec.Where(), l.spec.Timeout)
+		return lost("rank(s) %v of %d did not join the group at %s within %s", missing, l.spec.Size, l.spec.Where(), l.spec.Timeout)
 	}
 	return err
 }
@@ -345,7 +353,7 @@ func (l *Leader) OOM(n Notice) {
 func (l *Leader) Stops() <-chan Notice { return l.stops }
 
 // Lost is closed when a member has been gone longer than the timeout.
-func (l *Leader) Lost() <-chan struct{} { return l.lost }
+func (l *Leader) Lost() <-chan struct{} { return l.lostC }
 
 // Err is why the group was lost (nil while it is not).
 func (l *Leader) Err() error {

@@ -26,7 +26,7 @@ type Member struct {
 	changed chan struct{}
 
 	stops    chan Notice
-	lost     chan struct{}
+	lostC    chan struct{}
 	lostOnce sync.Once
 	quit     chan struct{}
 }
@@ -35,7 +35,7 @@ type Member struct {
 // leader may start later than its members). cancel ends the wait.
 func Join(spec Spec, cancel <-chan struct{}) (*Member, error) {
 	m := &Member{spec: spec, dec: map[int]Decision{}, changed: make(chan struct{}),
-		stops: make(chan Notice, 4), lost: make(chan struct{}), quit: make(chan struct{})}
+		stops: make(chan Notice, 4), lostC: make(chan struct{}), quit: make(chan struct{})}
 	if err := m.connect(time.Now().Add(spec.Timeout), cancel); err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func (m *Member) connect(deadline time.Time, cancel <-chan struct{}) error {
 			if last == nil {
 				last = errors.New("no address")
 			}
-			return fmt.Errorf("%w: cannot reach the group's leader at %s within %s: %v", ErrLost, m.spec.Where(), m.spec.Timeout, last)
+			return lost("cannot reach the group's leader at %s within %s: %v", m.spec.Where(), m.spec.Timeout, last)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
@@ -191,7 +191,7 @@ func (m *Member) broke(w *wire, err error) {
 		if IsCancelled(cerr) {
 			return
 		}
-		m.setLost(fmt.Errorf("%w: lost the group's leader at %s (%v) and could not rejoin within %s", ErrLost, m.Leader(), err, m.spec.Timeout))
+		m.setLost(lost("lost the group's leader at %s (%v) and could not rejoin within %s", m.Leader(), err, m.spec.Timeout))
 	}
 }
 
@@ -201,7 +201,7 @@ func (m *Member) setLost(err error) {
 		m.lostErr = err
 		m.changedLocked()
 		m.mu.Unlock()
-		close(m.lost)
+		close(m.lostC)
 	})
 }
 
@@ -253,7 +253,7 @@ func (m *Member) Ended(rep Report) {
 func (m *Member) Stops() <-chan Notice { return m.stops }
 
 // Lost is closed when the leader could not be reached within the timeout.
-func (m *Member) Lost() <-chan struct{} { return m.lost }
+func (m *Member) Lost() <-chan struct{} { return m.lostC }
 
 // Err is why the group was lost (nil while it is not).
 func (m *Member) Err() error {

@@ -309,3 +309,37 @@ func TestGroupMemberCutOffFromItsLeaderGivesUp(t *testing.T) {
 		t.Errorf("member's group_lost events: %v, want one", lost)
 	}
 }
+
+// A member whose leader never comes, and a leader whose member never
+// comes, give up after --group-timeout with exit status 76, starting no
+// job.
+func TestGroupThatCannotFormGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rank string
+		want string
+	}{
+		{"member without a leader", "1", "cannot reach the group's leader at "},
+		{"leader without its member", "0", "rank(s) [1] of 2 did not join the group at "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "gpuguard.yaml"), []byte(groupPolicy), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(testBinary(), "-gpuguard-group", freeAddr(t), tc.rank, "2", "1s", filepath.Join(dir, "run"), "gpuguard.yaml", "--",
+				"sh", "-c", "echo started > started")
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != ExitGroupLost {
+				t.Fatalf("exit status %d (%v), want %d:\n%s", code, err, ExitGroupLost, out)
+			}
+			if !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "giving up without relaunching") {
+				t.Errorf("output does not say %q:\n%s", tc.want, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "started")); err == nil {
+				t.Error("the job was started")
+			}
+		})
+	}
+}
