@@ -328,7 +328,7 @@ func TestGroupThatCannotFormGivesUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(testBinary(), "-gpuguard-group", freeAddr(t), tc.rank, "2", "1s", filepath.Join(dir, "run"), "gpuguard.yaml", "--",
-				"sh", "-c", "echo started > started")
+				"sh", "-c", "echo started > started", "sh", "--batch", "8", "--accum", "1")
 			cmd.Dir = dir
 			out, err := cmd.CombinedOutput()
 			if code := cmd.ProcessState.ExitCode(); code != ExitGroupLost {
