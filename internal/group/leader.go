@@ -383,7 +383,7 @@ func (l *Leader) Decide(d Decision) {
 	ws := l.peersLocked()
 	l.mu.Unlock()
 	for _, w := range ws {
-		_ = w.send(Msg{Type: TypeDecision, Attempt: d.Attempt, Decision: &d})
+		_ = w.send(Msg{Type: TypeDecision, Attempt: d.Attempt, Decision: &d, Host: l.spec.Host})
 	}
 }
 

@@ -163,8 +163,16 @@ func (m *Member) read(w *wire) {
 				}
 			}
 		case TypeDecision:
-			if msg.Decision != nil {
-				m.dec[msg.Decision.Attempt] = *msg.Decision
+			if d := msg.Decision; d != nil {
+				m.dec[d.Attempt] = *d
+				// A last decision on an attempt this member has not
+				// reported: the leader ended its run; the job stops now.
+				if d.Verb != "relaunch" && m.lastGo != nil && d.Attempt == m.lastGo.Attempt && (m.pending == nil || m.pending.Attempt < d.Attempt) {
+					select {
+					case m.stops <- Notice{Attempt: d.Attempt, Rank: 0, Host: msg.Host, Text: d.Reason, LeaderEnded: true}:
+					default:
+					}
+				}
 			}
 		case TypeGo:
 			if msg.Go != nil {

@@ -52,6 +52,9 @@ type Notice struct {
 	Text    string        `json:"text,omitempty"`
 	// Grace: how long the member's job gets to exit by itself (oom_grace).
 	GraceS float64 `json:"grace_s,omitempty"`
+	// LeaderEnded: not a failure: the leader ended its run (Text says
+	// why), and the member's job is stopped at once.
+	LeaderEnded bool `json:"leader_ended,omitempty"`
 }
 
 // Report is how one member's attempt ended: what the classifier made of its

@@ -229,6 +229,12 @@ func (l *loop) watchGroupStops(n int, a graceAttempt, grace time.Duration, steps
 	case <-a.Done():
 		return
 	}
+	if note.LeaderEnded {
+		l.job.Status.Printf("group: the leader ended its run (%s): stopping the job", note.Text)
+		stoppedForPeer.Store(true)
+		a.Stop("the group's leader ended its run")
+		return
+	}
 	at := steps()
 	l.job.Status.Printf("group: rank %d on %s failed (%s): this node's job gets %s (oom_grace) to exit, then it is stopped",
 		note.Rank, note.Host, note.Kind, grace)

@@ -16,7 +16,8 @@ import (
 
 // runAsGroupMember is the test binary as `gpuguard run --group WHERE
 // --group-rank RANK --group-size SIZE --group-timeout TIMEOUT --run-dir
-// RUNDIR --policy POLICY -- CMD` (RANK and SIZE "-": not given).
+// RUNDIR --policy POLICY -- CMD` (RANK and SIZE "-": not given; RUNDIR
+// "resume:DIR": --resume-run DIR).
 func runAsGroupMember(args []string) int {
 	if len(args) < 8 || args[6] != "--" {
 		fmt.Fprintln(os.Stderr, "usage: -gpuguard-group WHERE RANK SIZE TIMEOUT RUNDIR POLICY -- CMD...")
@@ -36,8 +37,12 @@ func runAsGroupMember(args []string) int {
 	if err != nil {
 		panic(err)
 	}
+	runDir, resume := args[4], ""
+	if r, ok := strings.CutPrefix(runDir, "resume:"); ok {
+		runDir, resume = "", r
+	}
 	return Run(Config{
-		Argv: args[7:], PTY: "never", Grace: 2 * time.Second, RunDir: args[4], Policy: args[5],
+		Argv: args[7:], PTY: "never", Grace: 2 * time.Second, RunDir: runDir, ResumeRun: resume, Policy: args[5],
 		Group: args[0], GroupRank: num(args[1]), GroupSize: num(args[2]), GroupTimeout: timeout,
 		Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
@@ -49,7 +54,8 @@ func runAsGroupMember(args []string) int {
 // node 0 saves the checkpoint and hangs as ranks hung in a collective do;
 // the node named by OOM_NODE waits for that checkpoint and dies of a CUDA
 // out-of-memory error (the modern message's template, figures of our own).
-// With batch 32 every node finishes. HANG=all: every node hangs.
+// With batch 32 every node finishes. HANG=all: every node hangs; HANG=32:
+// every node hangs with batch 32 (until it is stopped).
 const groupNode = `#!/bin/sh
 batch= accum= resume=none
 while [ $# -gt 0 ]; do
@@ -63,7 +69,7 @@ done
 line="node $NODE attempt $GPUGUARD_ATTEMPT batch=$batch accum=$accum resume=$resume"
 echo "[rank$NODE]: $line"
 echo "$$ $line" >> "$DIR/settings.$NODE"
-if [ "$HANG" = all ]; then exec sleep 600; fi
+if [ "$HANG" = all ] || [ "$HANG" = "$batch" ]; then exec sleep 600; fi
 if [ "$batch" = 64 ]; then
   if [ "$NODE" = 0 ]; then
     mkdir -p "$DIR/ckpt"
@@ -123,6 +129,15 @@ type groupProc struct {
 func startGroupCase(t *testing.T, size int, where string, timeout string, env []string) *groupCase {
 	t.Helper()
 	c := &groupCase{dir: t.TempDir()}
+	c.start(t, size, where, timeout, env, nil)
+	return c
+}
+
+// start starts the case's members; runDirs[i], when given, is member i's
+// RUNDIR argument.
+func (c *groupCase) start(t *testing.T, size int, where string, timeout string, env []string, runDirs []string) {
+	t.Helper()
+	c.procs = nil
 	write := func(name, text string, mode os.FileMode) {
 		if err := os.WriteFile(filepath.Join(c.dir, name), []byte(text), mode); err != nil {
 			t.Fatal(err)
@@ -134,8 +149,12 @@ func startGroupCase(t *testing.T, size int, where string, timeout string, env []
 		where = filepath.Join(c.dir, "rendezvous")
 	}
 	for i := 0; i < size; i++ {
+		runDir := filepath.Join(c.dir, fmt.Sprintf("run%d", i))
+		if i < len(runDirs) {
+			runDir = runDirs[i]
+		}
 		args := []string{"-gpuguard-group", where, strconv.Itoa(i), strconv.Itoa(size), timeout,
-			filepath.Join(c.dir, fmt.Sprintf("run%d", i)), "gpuguard.yaml", "--",
+			runDir, "gpuguard.yaml", "--",
 			"./node.sh", "--batch", "64", "--accum", "1"}
 		cmd := exec.Command(testBinary(), args...)
 		cmd.Dir = c.dir
@@ -161,7 +180,6 @@ func startGroupCase(t *testing.T, size int, where string, timeout string, env []
 			}
 		})
 	}
-	return c
 }
 
 func (p *groupProc) exit(t *testing.T) int {
@@ -177,7 +195,14 @@ func (p *groupProc) exit(t *testing.T) int {
 // events reads member i's journal: the events of type typ.
 func (c *groupCase) events(t *testing.T, i int, typ string) []map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("run%d", i), "events.jsonl"))
+	return c.eventsIn(t, fmt.Sprintf("run%d", i), typ)
+}
+
+// eventsIn reads the journal of the run directory name: the events of type
+// typ.
+func (c *groupCase) eventsIn(t *testing.T, name, typ string) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(c.dir, name, "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,5 +366,50 @@ func TestGroupThatCannotFormGivesUp(t *testing.T) {
 				t.Error("the job was started")
 			}
 		})
+	}
+}
+
+// The leader's decisions outlive the run: after an OOM relaunch both nodes
+// hold at batch 32; the leader is stopped (SIGTERM), and the member stops
+// its job with it. The leader continues its run with --resume-run and the
+// member starts afresh, with its command's batch 64. The member gets batch 32 and the checkpoint from
+// the leader's go, and both run attempt 3 alike.
+func TestGroupResumedLeaderGivesItsSettingsToAFreshMember(t *testing.T) {
+	c := startGroupCase(t, 2, "dir", "20s", []string{"OOM_NODE=1", "HANG=32"})
+	for i := range c.procs {
+		waitFile(t, filepath.Join(c.dir, fmt.Sprintf("settings.%d", i)), "attempt 2")
+	}
+	// The leader is stopped (SIGTERM, as a preemption); the member stops
+	// its job when the leader ends.
+	if err := c.procs[0].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range c.procs {
+		if code := p.exit(t); code != 128+int(syscall.SIGTERM) {
+			t.Fatalf("member %d: exit status %d after the leader's SIGTERM, want %d; stderr:\n%s", i, code, 128+int(syscall.SIGTERM), p.errb)
+		}
+	}
+	if !strings.Contains(c.procs[1].errb.String(), "group: the leader ended its run (the group's leader ended its run (exit status 143)): stopping the job") {
+		t.Errorf("the member does not say it stopped because the leader ended:\n%s", c.procs[1].errb)
+	}
+	c.start(t, 2, "dir", "20s", []string{"OOM_NODE=1"}, []string{"resume:" + filepath.Join(c.dir, "run0"), filepath.Join(c.dir, "run1b")})
+	for i, p := range c.procs {
+		if code := p.exit(t); code != 0 {
+			t.Fatalf("member %d: exit status %d, want 0; stderr:\n%s", i, code, p.errb)
+		}
+	}
+	ckpt := filepath.Join(c.dir, "ckpt", "step_100.pt")
+	for i := range 2 {
+		got := c.settings(t, i)
+		want := fmt.Sprintf("node %d attempt 3 batch=32 accum=2 resume=%s", i, ckpt)
+		if len(got) != 3 || got[2] != want {
+			t.Errorf("node %d ran with %q, want its third attempt %q", i, got, want)
+		}
+	}
+	if !strings.Contains(c.procs[0].errb.String(), "resuming run ") {
+		t.Errorf("the leader did not resume its run:\n%s", c.procs[0].errb)
+	}
+	if starts := c.eventsIn(t, "run1b", "attempt_start"); len(starts) != 1 || starts[0]["attempt"] != 3.0 {
+		t.Errorf("the fresh member's attempts %v, want one: attempt 3", starts)
 	}
 }
