@@ -145,6 +145,15 @@ func (c *groupCase) start(t *testing.T, size int, where string, timeout string, 
 	}
 	write("node.sh", groupNode, 0o755)
 	write("gpuguard.yaml", groupPolicy, 0o644)
+	// The checkpoint directory exists before the job renames its checkpoint
+	// into it, so that the leader's watcher sees the rename (complete at
+	// once). Into a directory created just before, a rename can precede
+	// the watch; the file then counts as complete only once unchanged for
+	// checkpoint.ClockSlack before the job's processes were gone, which a
+	// busy machine may not give this job.
+	if err := os.MkdirAll(filepath.Join(c.dir, "ckpt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if where == "dir" {
 		where = filepath.Join(c.dir, "rendezvous")
 	}
@@ -269,7 +278,7 @@ func TestGroupOOMOnOneNodeRelaunchesEveryNodeAlike(t *testing.T) {
 					fmt.Sprintf("node %d attempt 2 batch=32 accum=2 resume=%s", i, ckpt),
 				}
 				if got := c.settings(t, i); strings.Join(got, "\n") != strings.Join(want, "\n") {
-					t.Errorf("node %d ran with\n%s\nwant\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+					t.Errorf("node %d ran with\n%s\nwant\n%s\nthe leader's status:\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"), c.procs[0].errb)
 				}
 				gd := c.events(t, i, "group_decision")
 				if len(gd) < 1 || gd[0]["attempt"] != 1.0 || gd[0]["verb"] != "relaunch" || gd[0]["from_rank"] != 1.0 || gd[0]["kind"] != "gpu_oom" {
