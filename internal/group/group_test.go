@@ -155,7 +155,7 @@ func TestLeaderAndMembers(t *testing.T) {
 	}
 	ld.Begin(Go{Attempt: 1})
 	for _, m := range ms {
-		if g, err := m.AwaitGo(0, nil); err != nil || g.Attempt != 1 {
+		if g, _, err := m.AwaitGo(0, nil); err != nil || g.Attempt != 1 {
 			t.Fatalf("go %+v %v", g, err)
 		}
 	}
@@ -183,8 +183,15 @@ func TestLeaderAndMembers(t *testing.T) {
 		if err != nil || d.From == nil || d.From.Rank != 1 {
 			t.Fatalf("decision %+v %v", d, err)
 		}
-		if g, err := m.AwaitGo(1, nil); err != nil || g.Attempt != 2 || g.Checkpoint != "/c" {
+		if g, _, err := m.AwaitGo(1, nil); err != nil || g.Attempt != 2 || g.Checkpoint != "/c" {
 			t.Fatalf("go %+v %v", g, err)
+		}
+	}
+	// The leader ends before attempt 3's go: the members hear of it.
+	ld.Decide(Decision{Attempt: 3, Verb: "give_up", Reason: "the leader ended"})
+	for _, m := range ms {
+		if g, end, err := m.AwaitGo(2, nil); err != nil || end == nil || end.Reason != "the leader ended" {
+			t.Fatalf("after the leader's end: go %+v, end %+v, %v", g, end, err)
 		}
 	}
 }

@@ -304,17 +304,26 @@ func (m *Member) AwaitDecision(n int, cancel <-chan struct{}) (Decision, error) 
 }
 
 // AwaitGo waits for the go of an attempt after attempt after (0: the
-// first this member runs).
-func (m *Member) AwaitGo(after int, cancel <-chan struct{}) (Go, error) {
+// first this member runs). When the leader ends its run instead (a last
+// decision on a later attempt, sent before its go), it returns that
+// decision and no go.
+func (m *Member) AwaitGo(after int, cancel <-chan struct{}) (Go, *Decision, error) {
 	var g Go
+	var end *Decision
 	err := m.wait(cancel, func() bool {
 		if m.lastGo != nil && m.lastGo.Attempt > after {
 			g = *m.lastGo
 			return true
 		}
+		for n, d := range m.dec {
+			if n > after && d.Verb != "relaunch" {
+				end = &d
+				return true
+			}
+		}
 		return false
 	})
-	return g, err
+	return g, end, err
 }
 
 // Close hangs up.

@@ -157,7 +157,13 @@ func (g *groupRun) lostErr() error {
 // ends instead (code: its exit status).
 func (l *loop) awaitGo() (group.Go, int, bool) {
 	g := l.grp
-	gox, err := g.member.AwaitGo(g.lastRun, l.job.Signals.TerminatedC())
+	gox, last, err := g.member.AwaitGo(g.lastRun, l.job.Signals.TerminatedC())
+	if err == nil && last != nil {
+		l.job.Status.Printf("group: the leader ended its run before attempt %d (%s): not starting the job", last.Attempt, last.Reason)
+		l.job.RunDir.Write(record.GroupDecision{Attempt: last.Attempt, Role: record.GroupMember, Verb: string(last.Verb),
+			Knobs: rundir.Knobs(last.State.Values), Reason: last.Reason})
+		return gox, l.end(l.lastCode()), false
+	}
 	if err != nil {
 		if group.IsCancelled(err) {
 			sig, _ := l.job.Signals.Terminated()
