@@ -66,7 +66,7 @@ func (l *loop) resolveGroup(status *Status) (group.Spec, bool, int) {
 		return spec, false, ExitUsage
 	}
 	if ok && l.pol == nil {
-		status.Printf("gpuguard run --group needs a policy (every member the same one): there is nothing to decide without one")
+		status.Printf("--group needs a policy, the same on every member: without one there is nothing to decide (give --policy FILE)")
 		return spec, false, ExitConfig
 	}
 	return spec, ok, 0
