@@ -26,9 +26,10 @@ type GroupJoin struct {
 	Members map[int]string `json:"members,omitempty"`
 }
 
-// GroupStop is a peer's failure that stops this member's attempt within
-// oom_grace (a member: the leader's stop received; the leader: the stops
-// it sent).
+// GroupStop is a peer's failure, as the leader told this gpuguard (a
+// member, or the leader itself when another member failed): its job gets
+// oom_grace to exit, then it is stopped. Written when the grace ends or
+// the job ended first.
 type GroupStop struct {
 	Attempt int           `json:"attempt"`
 	Rank    int           `json:"rank"` // the member whose job failed
