@@ -23,7 +23,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			"run directory, and when it dies of out-of-memory applies the policy and relaunches it\n" +
 			"from its last checkpoint. Exit status: the command's own, or 128+N when it died of\n" +
 			"signal N; gpuguard's own failures: 64 usage, 70 internal error, 73 run directory, 78 policy,\n" +
-			"126 not executable, 127 not found. With --exit-codes scheduler, a run that gives up\n" +
+			"76 a --group peer lost, 126 not executable, 127 not found. With --exit-codes scheduler, a run that gives up\n" +
 			"exits 75 when a retry may help and 79 when it cannot.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pty", Value: "auto", Usage: "run the command under a pseudo-terminal: auto (when stdout is a terminal), always, never"},
@@ -39,6 +39,10 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.StringFlag{Name: "notify", Usage: "POST a JSON document to `URL` at the run's start, each relaunch, give-up and the run's end (docs/notify.md)", EnvVars: []string{"GPUGUARD_NOTIFY"}},
 			&cli.StringFlag{Name: "notify-command", Usage: "run `CMD` (sh -c) with the same JSON on stdin, for mail, chat or a pager", EnvVars: []string{"GPUGUARD_NOTIFY_COMMAND"}},
 			&cli.StringFlag{Name: "exit-codes", Usage: "`MODE` job: exit with the job's status; scheduler: after giving up, 75 when a retry may help, 79 when it cannot (README); default: the policy's exit_codes, else job", EnvVars: []string{"GPUGUARD_EXIT_CODES"}},
+			&cli.StringFlag{Name: "group", Usage: "decide as one with the gpuguards of the job's other nodes (docs/slurm.md): `WHERE` is the leader's HOST:PORT (rank 0 listens on its port), or a directory every node sees (the leader writes its address there); auto (the default) forms the group of a Slurm step's tasks (SLURM_PROCID, SLURM_NTASKS) through the run directories' folder; off: decide alone", EnvVars: []string{"GPUGUARD_GROUP"}},
+			&cli.IntFlag{Name: "group-rank", DefaultText: "torchrun's --node-rank (--node_rank) in the command, else SLURM_PROCID", Usage: "this gpuguard's `RANK` in the group; 0 leads"},
+			&cli.IntFlag{Name: "group-size", DefaultText: "torchrun's --nnodes in the command, else SLURM_NTASKS", Usage: "how many gpuguards (`N`, the leader included) form the group"},
+			&cli.DurationFlag{Name: "group-timeout", Value: 60 * time.Second, Usage: "how long the group waits for a peer that does not answer (joining, a lost leader or member); then the run gives up with exit status 76"},
 			&cli.StringFlag{Name: "metrics-file", Usage: "also keep the run's Prometheus metrics in `PATH` (for node_exporter's textfile collector)", EnvVars: []string{"GPUGUARD_METRICS_FILE"}},
 		},
 		Action: func(c *cli.Context) error {
@@ -60,6 +64,19 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			case c.Bool("no-memo"):
 				memo = "off"
 			}
+			var rank, size *int
+			if c.IsSet("group-rank") {
+				v := c.Int("group-rank")
+				rank = &v
+			}
+			if c.IsSet("group-size") {
+				v := c.Int("group-size")
+				size = &v
+			}
+			var groupTimeout time.Duration
+			if c.IsSet("group-timeout") {
+				groupTimeout = c.Duration("group-timeout")
+			}
 			return runF(supervisor.Config{
 				Argv:      c.Args().Slice(),
 				PTY:       c.String("pty"),
@@ -78,7 +95,12 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				Notify:        c.String("notify"),
 				NotifyCommand: c.String("notify-command"),
 				MetricsFile:   c.String("metrics-file"),
-				ExitCodes:     c.String("exit-codes"),
+
+				Group:        c.String("group"),
+				GroupRank:    rank,
+				GroupSize:    size,
+				GroupTimeout: groupTimeout,
+				ExitCodes:    c.String("exit-codes"),
 			})
 		},
 	}

@@ -23,6 +23,7 @@ const (
 	Software    = 70  // an internal error in gpuguard (EX_SOFTWARE)
 	CantCreate  = 73  // the run directory, a plot or the output cannot be created or written (EX_CANTCREAT)
 	IOErr       = 74  // the output cannot be written (EX_IOERR)
+	GroupLost   = 76  // run --group: a peer (the leader, or a member) could not be reached within the bound; nothing relaunched (EX_PROTOCOL)
 	Config      = 78  // the policy file is invalid, or a knob it needs has no value (EX_CONFIG)
 	NotRunnable = 126 // the command exists but cannot be executed
 	NotFound    = 127 // the command was not found

@@ -19,6 +19,14 @@ type Config struct {
 	Probe     string        // --probe: "torch" puts the torch probe in the job (docs/probe.md); "" none
 	Memo      string        // --memo "on", --no-memo "off", "" the policy's memo key (memo.go)
 
+	// Group: the gpuguards of one multi-node job deciding as one
+	// (internal/group): "" or "auto" (a Slurm step of several tasks),
+	// "off", the leader's HOST:PORT, or a rendezvous directory.
+	Group        string
+	GroupRank    *int          // nil: from torchrun's --node-rank, or Slurm
+	GroupSize    *int          // nil: from torchrun's --nnodes, or Slurm
+	GroupTimeout time.Duration // 0: group.DefaultTimeout
+
 	Notify        string // POST the run's notifications to this URL (notify package)
 	NotifyCommand string // run `sh -c` this with each notification on stdin
 	MetricsFile   string // also write metrics.prom here (node_exporter's textfile collector)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/group"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
@@ -74,6 +75,9 @@ type loop struct {
 	getpid func() int
 	// gaveUp: why the run gave up, for --exit-codes scheduler (exitcodes.go).
 	gaveUp giveUp
+	// grp: this gpuguard's part in a group of gpuguards that decide as one
+	// (group.go); nil when it runs alone.
+	grp *groupRun
 }
 
 // newLoop returns the loop of one `gpuguard run` started at origin in wd,
@@ -113,6 +117,11 @@ type attemptRow struct {
 	// rejections: output lines in which the job refused an argument or a
 	// config key (policy.RejectionLine).
 	rejections []string
+	// failedAt: when the attempt's first failure line was read (zero: none).
+	failedAt time.Time
+	// stoppedForPeer: in a group, the job was stopped (or died) after a
+	// peer's failure (group.go).
+	stoppedForPeer bool
 }
 
 func (r attemptRow) peaks() map[classify.Phase]float64 {
@@ -146,6 +155,10 @@ func runLoop(cfg Config) int {
 	if cfg.DryRun {
 		return l.dryRun(status)
 	}
+	gspec, inGroup, code := l.resolveGroup(status) // Group hook (supervisor/group.go)
+	if code != 0 {
+		return code
+	}
 
 	job, code := prepare(l.cfg)
 	if job == nil {
@@ -174,6 +187,16 @@ func runLoop(cfg Config) int {
 		}()
 	}
 
+	if inGroup { // Group hook: form the group before the first attempt
+		grp, code := l.startGroup(gspec)
+		if grp == nil {
+			job.Finish(code)
+			return code
+		}
+		l.grp = grp
+		defer grp.close()
+	}
+
 	code = l.attempts()
 	job.Finish(code)
 	return code
@@ -189,7 +212,15 @@ func (l *loop) attempts() int {
 		// The first attempt of a new run is the user's command as given;
 		// every later one (and a resumed run's) continues from a checkpoint.
 		ckpt := ""
-		if n > 1 {
+		if l.grp.isMember() {
+			// Group hook (supervisor/group.go): a member starts when the
+			// leader says, with the leader's knob values and checkpoint.
+			g, code, ok := l.awaitGo()
+			if !ok {
+				return code
+			}
+			n, l.state.Attempt, l.state.Policies, ckpt = g.Attempt, g.Attempt, g.State, g.Checkpoint
+		} else if n > 1 {
 			ckpt = l.latestCheckpoint(true)
 			if ckpt == "" && l.spec.Required {
 				l.job.Status.Printf("no complete checkpoint to resume from, and the policy requires one: not relaunching")
@@ -213,22 +244,66 @@ func (l *loop) attempts() int {
 			l.job.Status.Printf("attempt %d: %s", n, quoteArgv(plan.argv))
 		}
 
+		l.grp.begin(n, l.state.Policies, ckpt) // Group hook: the leader's go to every member
 		row, v, res, startErr := l.runAttempt(n, plan)
 		if startErr != nil {
+			if l.grp.isMember() {
+				l.grp.member.Ended(l.groupReport(n, row, v, attemptResult{Code: exitCodeOf(startErr)}, false, nil))
+			}
 			return l.end(exitCodeOf(startErr))
 		}
 		l.writersGone = time.Time{}
 		if res.Survivors == 0 {
 			l.writersGone = time.Now()
 		}
-		if res.Code == 0 {
-			row.decision = "done"
-			l.rows = append(l.rows, row)
-			return l.end(0)
-		}
 		sig, terminated := l.job.Signals.Terminated()
 		if terminated {
 			row.stoppedBy = sig
+		}
+		var startStep *int64
+		if ckpt != "" {
+			if s, ok := checkpoint.StepOf(filepath.Base(ckpt)); ok {
+				startStep = &s
+			}
+		}
+		// Group hook (supervisor/group.go): a member applies the leader's
+		// decision; the leader decides from the first failure of the group.
+		exit := classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs}
+		peaks, starts, rejections := row.peaks(), row.starts(), row.rejections
+		groupFailed := false
+		var from *group.Report
+		var reports []group.Report
+		if l.grp != nil {
+			rep := l.groupReport(n, row, v, res, terminated, startStep)
+			if l.grp.isMember() {
+				if rs, ok := l.slurm.requeueSignal(); ok {
+					l.grp.member.Ended(rep)
+					return l.endForRequeue(n, rs, row, res.Code)
+				}
+				next, code := l.memberDecision(n, row, rep, res.Code)
+				if next {
+					continue
+				}
+				return code
+			}
+			first, failed, reps, code, ok := l.leaderCollect(n, row, rep, res.Code)
+			if !ok {
+				return code
+			}
+			groupFailed, reports = failed, reps
+			if failed {
+				from = &first
+				v, exit, peaks, starts, rejections = first.Verdict, first.Exit, first.Peaks, first.Starts, first.Rejections
+				if res.Code == 0 {
+					res.Code = first.Exit.Code
+				}
+			}
+		}
+		if res.Code == 0 && !groupFailed {
+			row.decision = "done"
+			l.rows = append(l.rows, row)
+			l.decided(n, policy.Decision{Verb: policy.Done, State: l.state.Policies}, "done", nil, reports)
+			return l.end(0)
 		}
 		// Slurm hook (supervisor/slurm.go): after a requeue signal nothing
 		// is relaunched here; end() requeues the job.
@@ -247,20 +322,14 @@ func (l *loop) attempts() int {
 			return l.end(res.Code)
 		}
 
-		var startStep *int64
-		if ckpt != "" {
-			if s, ok := checkpoint.StepOf(filepath.Base(ckpt)); ok {
-				startStep = &s
-			}
-		}
 		out := policy.Outcome{
 			Verdict:    v,
-			Exit:       classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
+			Exit:       exit,
 			Attempt:    n,
 			StartStep:  startStep,
-			Peaks:      row.peaks(),
-			Starts:     row.starts(),
-			Rejections: row.rejections,
+			Peaks:      peaks,
+			Starts:     starts,
+			Rejections: rejections,
 			Terminated: terminated,
 			SlurmMem:   l.slurmMem(),
 			Rand:       rand.Float64(),
@@ -306,11 +375,13 @@ func (l *loop) attempts() int {
 			l.job.Status.Printf("attempt %d stopped by %s: not relaunching", n, signalName(sig))
 			return l.end(res.Code)
 		case d.Verb != policy.Relaunch:
-			l.job.Status.Printf("%s → giving up: %s", describeFailure(n, v), d.Reason)
+			l.job.Status.Printf("%s%s → giving up: %s", firstOf(from, l.grp), describeFailure(n, v), d.Reason)
 			l.noteGiveUp(v, &d)
+			l.decided(n, d, "giving up: "+d.Reason, from, reports)
 			return l.end(res.Code)
 		}
-		line := fmt.Sprintf("%s → %s", describeFailure(n, v), d.Describe())
+		l.decided(n, d, d.Describe(), from, reports)
+		line := fmt.Sprintf("%s%s → %s", firstOf(from, l.grp), describeFailure(n, v), d.Describe())
 		if next != "" {
 			line += "; resuming from " + displayPath(next, l.wd)
 		} else if l.spec.Pass != "" {
@@ -405,6 +476,7 @@ func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 
 // end records the run's end and prints the summary table of attempts.
 func (l *loop) end(code int) int {
+	l.groupFinish(code)       // Group hook: the members end with the leader
 	code = l.exitStatus(code) // --exit-codes scheduler (exitcodes.go)
 	l.state.Done, l.state.ExitCode = true, code
 	if code == 0 {

@@ -28,6 +28,8 @@ import (
 //
 //	-fake MODE ...                     the fake trainer (supervisortest)
 //	-gpuguard PTY GRACE RUNDIR -- CMD  gpuguard itself: Run with that config
+//	-gpuguard-group WHERE RANK SIZE TIMEOUT RUNDIR POLICY -- CMD
+//	                                   gpuguard in a group (group_test.go)
 //	run -- gpuguard-internal-watchdog  an attempt's watchdog
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
@@ -36,6 +38,8 @@ func TestMain(m *testing.M) {
 			os.Exit(supervisortest.FakeTrainer(fakeSelf(), os.Args[2:]))
 		case "-gpuguard":
 			os.Exit(runAsGpuguard(os.Args[2:]))
+		case "-gpuguard-group":
+			os.Exit(runAsGroupMember(os.Args[2:]))
 		case "run":
 			if IsWatchdogInvocation(os.Args[3:]) {
 				os.Exit(watchdogMain())
@@ -79,7 +83,7 @@ func runAsGpuguard(args []string) int {
 		runDir = ""
 	}
 	return Run(Config{
-		Argv: args[4:], PTY: args[0], Grace: grace, RunDir: runDir,
+		Argv: args[4:], PTY: args[0], Grace: grace, RunDir: runDir, Group: os.Getenv("GPUGUARD_GROUP"),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 }

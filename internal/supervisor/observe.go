@@ -71,6 +71,10 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	var stepsSince atomic.Int64
 	var failRank atomic.Int64
 	failRank.Store(-1)
+	// Group hook (supervisor/group.go): every step printed, when the first
+	// failure line came, whether the job was stopped for a peer's failure.
+	var steps, failedAt atomic.Int64
+	var stoppedForPeer, groupLost atomic.Bool
 	var epoch int64 = -1
 	// The stream of the line being scanned, journalled with each phase and
 	// failure. Set and read on the scanner goroutine only.
@@ -85,6 +89,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			}
 			switch ev.Type {
 			case classify.EventStep:
+				steps.Add(1)
 				if ev.Epoch >= 0 {
 					epoch = ev.Epoch
 				}
@@ -98,7 +103,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 				rd.Write(record.Phase{Attempt: n, Phase: ev.Phase, Line: ev.Line, Stream: stream})
 			case classify.EventFailure:
 				rd.Write(record.Failure{Attempt: n, Kind: ev.Kind, Line: ev.Line, Stream: stream, Text: ev.Text})
+				failedAt.CompareAndSwap(0, time.Now().UnixNano())
 				if isMemory(ev.Kind) {
+					l.grp.oom(n, ev, grace) // Group hook: the leader stops the other nodes' jobs
 					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
 					select {
@@ -162,6 +169,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			if stall != nil {
 				go l.watchStall(n, a, stall) // hang.go
 			}
+			if l.grp != nil { // Group hook: a peer's failure stops this node's job (group.go)
+				go l.watchGroupStops(n, a, grace, steps.Load, &stoppedForPeer, &groupLost)
+			}
 		},
 		Ended: func(r attemptResult, end *record.AttemptEnd) {
 			cancel()
@@ -196,6 +206,10 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 		return row, verdict, res, err
 	}
 	row.code, row.verdict, row.duration = res.Code, verdict, res.End.Sub(res.Start)
+	if t := failedAt.Load(); t != 0 {
+		row.failedAt = time.Unix(0, t)
+	}
+	row.stoppedForPeer = stoppedForPeer.Load() && !isMemory(verdict.Kind)
 	rejMu.Lock()
 	row.rejections = rejections
 	rejMu.Unlock()

@@ -285,7 +285,7 @@ func TestRequeueOutcomes(t *testing.T) {
 				"cannot requeue Slurm job 46: scontrol, Slurm's client command, is not installed here",
 				"(requeue it by hand: scontrol requeue 46)",
 			}},
-		{"not rank 0", "", []string{"SLURM_NTASKS=2", "SLURM_STEP_ID=0", "SLURM_PROCID=1"}, 0, "not rank 0",
+		{"not rank 0", "", []string{"SLURM_NTASKS=2", "SLURM_STEP_ID=0", "SLURM_PROCID=1", "GPUGUARD_GROUP=off"}, 0, "not rank 0",
 			[]string{
 				"on SIGUSR2 or SIGTERM the job stops, and the task of rank 0 requeues it",
 				"not requeueing job 46 from rank 1: the task of rank 0 does",

@@ -18,6 +18,7 @@ var Types = []Event{
 	RunStart{}, RunEnd{}, Policy{}, Signal{}, Slurm{}, RequeueSignal{}, Requeue{},
 	AttemptStart{}, AttemptStartFailed{}, AttemptEnd{}, Error{},
 	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{}, Hang{},
+	GroupJoin{}, GroupStop{}, GroupDecision{}, GroupLost{},
 }
 
 // RunStart is the first event of a run (and of each --resume-run or Slurm
