@@ -52,14 +52,15 @@ import (
 
 // cl is the cluster the tests use.
 var cl struct {
-	skip   string   // why the tests skip ("" when they run)
-	root   string   // the repository
-	dir    string   // the cluster's state dir
-	conf   string   // slurm.conf
-	env    []string // environment for Slurm commands
-	gg     string   // the gpuguard binary
-	cgroup bool     // proctrack/cgroup
-	nodes  []node   // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
+	skip       string   // why the tests skip ("" when they run)
+	root       string   // the repository
+	dir        string   // the cluster's state dir
+	conf       string   // slurm.conf
+	env        []string // environment for Slurm commands
+	gg         string   // the gpuguard binary
+	cgroup     bool     // proctrack/cgroup
+	slurmdPort string   // SlurmdPort: every node's slurmd listens on it at its address
+	nodes      []node   // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
 }
 
 // node is one node of the cluster.
@@ -302,6 +303,9 @@ func setConf(conf, prefix string) error {
 	cl.cgroup = strings.Contains(text, "ProctrackType=proctrack/cgroup")
 	cl.nodes = nil
 	for _, line := range strings.Split(text, "\n") {
+		if p, ok := strings.CutPrefix(line, "SlurmdPort="); ok {
+			cl.slurmdPort = strings.TrimSpace(p)
+		}
 		rest, ok := strings.CutPrefix(line, "NodeName=")
 		if !ok {
 			continue
