@@ -11,7 +11,7 @@ import (
 // The cluster itself and the harness's helpers: each node has its own host
 // name and address and resolves every node's name and the controller's; a
 // job on all nodes runs its tasks there (jobProcs and nodeProcs find them in
-// each node's namespace); cutLink cuts a node off and brings it back. Not
+// each node's namespace), and each node sees only its own processes; cutLink cuts a node off and brings it back. Not
 // parallel: a cut link would break the other tests' jobs.
 func TestMultiNodeClusterAndHelpers(t *testing.T) {
 	need(t)
@@ -51,6 +51,17 @@ srun --label bash -c 'hostname > "host-$SLURM_NODEID"; exec sleep 600'
 		}
 		if sleeps != 1 {
 			t.Errorf("node %s runs %d sleep of job %s, want 1: %v", n.name, sleeps, id, nodeProcs(k))
+		}
+	}
+	// Each node sees its own processes only, as separate machines do (a
+	// gpuguard on node 1 cannot find node 2's ranks in its /proc).
+	for k, n := range cl.nodes[:2] {
+		out, err := onNode(k, "", "bash", "-c", "cat /proc/[0-9]*/comm").CombinedOutput()
+		if err != nil {
+			t.Fatalf("on node %s: %v\n%s", n.name, err, out)
+		}
+		if got := strings.Count(string(out), "sleep\n"); got != 1 {
+			t.Errorf("node %s sees %d sleep processes in its /proc, want its own 1:\n%s", n.name, got, out)
 		}
 	}
 	onNodes := map[string]int{}
