@@ -3,8 +3,9 @@
 # tests (slurm/multinode/) and for trying gpuguard across nodes.
 #
 # Every node is a network namespace with its own address on a private /24 (a bridge on the host side,
-# one veth pair per node, made by this script), its own host name (a UTS namespace) and its own
-# slurmd (`slurmd -N NODE`, NodeAddr = its address). One slurmctld and one munged run on the host, on
+# one veth pair per node, made by this script), its own host name (a UTS namespace), its own
+# processes (a PID namespace with its own /proc: a process on one node cannot see or signal another
+# node's, as on real machines) and its own slurmd (`slurmd -N NODE`, NodeAddr = its address). One slurmctld and one munged run on the host, on
 # the host's side of the bridge. The file system is shared by all nodes, as a cluster file system
 # would be. There is no route out of a node: traffic goes only between the nodes and the host (no
 # NAT, no forwarding). Installs the Debian packages if they are missing. Needs root. See docs/slurm.md
@@ -40,9 +41,9 @@
 #   MN_SLURM_CRED_EXPIRE  AuthInfo cred_expire (a requeued job waits this + 1 s)  [10]
 #   MN_SLURM_MIN_JOB_AGE  MinJobAge                                  [3600]
 #
-# Running a command on node K:  nsenter -t "$(cat <dir>/run/slurmd-<prefix>nK.pid)" -n -u -m CMD
-# (the node's network, host name and /etc/hosts), or `ip netns exec <prefix>-K CMD` (network and
-# /etc/hosts from /etc/netns/<prefix>-K/, the machine's host name).
+# Running a command on node K:  nsenter -t "$(cat <dir>/run/node-init-<prefix>nK.pid)" -n -u -m -p CMD
+# (the node's network, host name, /etc/hosts and processes), or `ip netns exec <prefix>-K CMD`
+# (its network and /etc/hosts from /etc/netns/<prefix>-K/; the machine's host name and processes).
 
 set -euo pipefail
 umask 022
@@ -163,7 +164,7 @@ our_pid() {   # name [pidfile-name]
     [ -s "$pidfile" ] || return 0
     pid=$(tr -dc '0-9' < "$pidfile")
     [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
-    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)
+    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" || true)
     case "$cmd" in *"$name"*"$DIR/"*) running "$pid" && echo "$pid" ;; esac
     return 0
 }
@@ -213,8 +214,8 @@ show_log_tail() {
 stop_slurm_daemons() {
     local p k
     for k in $(seq 1 "$NODES"); do
-        p=$(our_pid slurmd "slurmd-$(node_of "$k")")
-        [ -z "$p" ] || { log "stopping slurmd of $(node_of "$k") (pid $p)"; stop_pid slurmd "$p"; }
+        p=$(our_pid node-init "node-init-$(node_of "$k")")
+        [ -z "$p" ] || { log "stopping node $(node_of "$k") (its init, pid $p, stops its slurmd)"; stop_pid node-init "$p"; }
     done
     p=$(our_pid slurmctld); [ -z "$p" ] || { log "stopping slurmctld (pid $p)"; stop_pid slurmctld "$p"; }
 }
@@ -427,24 +428,56 @@ write_config() {   # $1 = cgroup | none; returns 0 if the configuration changed
 
 states() { timeout 20 sinfo -h -N -o '%N %T' 2>/dev/null || true; }
 
-start_slurmd() {   # K: slurmd of node K inside its namespaces
-    local k=$1 node ns pid
+# pid 1 of a node's PID namespace: sets the node's host name and /etc/hosts, runs its slurmd in the
+# foreground, reaps what is re-parented to it (slurmstepd), and passes SIGTERM on to slurmd. When it
+# exits, the kernel ends every process left on the node, as a node's power going off would.
+write_node_init() {
+    cat > "$DIR/etc/node-init.sh" <<'INIT'
+#!/bin/bash
+# node-init.sh NODE HOSTS CONF: pid 1 of a node of start-multinode-slurm.sh's cluster
+node=$1 hosts=$2 conf=$3
+mount --bind "$hosts" /etc/hosts || exit 1
+hostname "$node" || exit 1
+sd=
+trap '[ -n "$sd" ] && kill -TERM "$sd" 2>/dev/null' TERM INT
+slurmd -D -f "$conf" -N "$node" < /dev/null &
+sd=$!
+while [ -e "/proc/$sd" ]; do wait "$sd"; done
+INIT
+    chmod 755 "$DIR/etc/node-init.sh"
+}
+
+start_slurmd() {   # K: node K's init (its namespaces) and slurmd
+    local k=$1 node ns pid u end
     node=$(node_of "$k"); ns=$(ns_of "$k")
-    pid=$(our_pid slurmd "slurmd-$node")
-    if [ -n "$pid" ]; then log "slurmd of $node already running (pid $pid)"; return 0; fi
-    rm -f "$DIR/run/slurmd-$node.pid"
+    pid=$(our_pid node-init "node-init-$node")
+    if [ -n "$pid" ]; then log "node $node already running (init pid $pid)"; return 0; fi
+    rm -f "$DIR/run/slurmd-$node.pid" "$DIR/run/node-init-$node.pid"
     mkdir -p "$DIR/spool/$node"
-    # the node's network (nsenter), its own host name (UTS namespace) and its own /etc/hosts
-    # (a mount namespace; /sys stays mounted, unlike under `ip netns exec`, so cgroups work)
-    nsenter --net="/run/netns/$ns" -- unshare --uts --mount --propagation private -- \
-        /bin/sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' sh \
-        "/etc/netns/$ns/hosts" "$node" slurmd -f "$CONF" -N "$node" \
-        < /dev/null >> "$DIR/log/slurmd-$node.stderr" 2>&1 9>&- \
-        || { show_log_tail "$DIR/log/slurmd-$node.stderr" "$DIR/log/slurmd-$node.log"; die "slurmd of $node failed to start"; }
-    pid=$(wait_for_pidfile slurmd "slurmd-$node") \
-        || { show_log_tail "$DIR/log/slurmd-$node.stderr" "$DIR/log/slurmd-$node.log"; die "slurmd of $node did not come up"; }
-    record_pid slurmd "$pid"
-    log "slurmd of $node started (pid $pid, $(addr_of "$k"))"
+    # the node's network (nsenter), host name (UTS), /etc/hosts (mount; /sys stays mounted, unlike
+    # under `ip netns exec`, so cgroups work) and processes (PID namespace, its own /proc)
+    nsenter --net="/run/netns/$ns" -- \
+        unshare --uts --mount --pid --fork --mount-proc --propagation private -- \
+        /bin/bash "$DIR/etc/node-init.sh" "$node" "/etc/netns/$ns/hosts" "$CONF" \
+        < /dev/null >> "$DIR/log/slurmd-$node.stderr" 2>&1 9>&- &
+    u=$!
+    # the init is unshare's one child
+    end=$(( $(date +%s) + TIMEOUT ))
+    pid=""
+    while [ -z "$pid" ] && [ "$(date +%s)" -lt "$end" ]; do
+        pid=$(cat "/proc/$u/task/$u/children" 2>/dev/null | awk '{ print $1 }')
+        [ -n "$pid" ] || { running "$u" || break; sleep 0.05; }
+    done
+    [ -n "$pid" ] || { show_log_tail "$DIR/log/slurmd-$node.stderr"; die "node $node's init did not start"; }
+    echo "$pid" > "$DIR/run/node-init-$node.pid"
+    record_pid node-init "$pid"
+    # slurmd writes its pid file (the pid inside the node) once it is up
+    until [ -s "$DIR/run/slurmd-$node.pid" ]; do
+        [ "$(date +%s)" -lt "$end" ] && running "$pid" \
+            || { show_log_tail "$DIR/log/slurmd-$node.stderr" "$DIR/log/slurmd-$node.log"; die "slurmd of $node did not come up"; }
+        sleep 0.05
+    done
+    log "node $node started (init pid $pid, $(addr_of "$k"))"
 }
 
 start_slurm() {
@@ -489,8 +522,8 @@ start_slurm() {
             die "nodes not idle after $TIMEOUT s: $(echo "${bad:-$st}" | tr '\n' ';')"
         fi
         for k in $(seq 1 "$NODES"); do
-            [ -n "$(our_pid slurmd "slurmd-$(node_of "$k")")" ] \
-                || { show_log_tail "$DIR/log/slurmd-$(node_of "$k").stderr" "$DIR/log/slurmd-$(node_of "$k").log"; die "slurmd of $(node_of "$k") exited"; }
+            [ -n "$(our_pid node-init "node-init-$(node_of "$k")")" ] \
+                || { show_log_tail "$DIR/log/slurmd-$(node_of "$k").stderr" "$DIR/log/slurmd-$(node_of "$k").log"; die "node $(node_of "$k") (its slurmd) exited"; }
         done
         sleep 0.2
     done
@@ -522,6 +555,7 @@ case "$CGROUP_MODE" in
         else mode=none; fi ;;
 esac
 
+write_node_init
 if write_config "$mode"; then
     if [ -n "$(our_pid slurmctld)" ]; then log "configuration changed; restarting the daemons"; stop_slurm_daemons; fi
 fi
@@ -548,7 +582,7 @@ cat >&2 <<EOF
 [$PROG] $NODES-node Slurm cluster is up after $(since "$T0") s (network and daemons; daemons and smoke test $(since "$TS") s; mode: $mode)
   use it:   export SLURM_CONF=$CONF      (or: source $DIR/env.sh)
             sinfo; srun -N$NODES --label hostname; sbatch -N$NODES --wrap 'srun hostname'
-  node K:   nsenter -t \$(cat $DIR/run/slurmd-${PREFIX}nK.pid) -n -u -m COMMAND
+  node K:   nsenter -t \$(cat $DIR/run/node-init-${PREFIX}nK.pid) -n -u -m -p COMMAND
   logs:     $DIR/log/{slurmctld,slurmd-${PREFIX}n*,munged}.log
   stop:     MN_SLURM_DIR=$DIR bash $HERE/stop-multinode-slurm.sh   (add --purge to also delete $DIR)
 EOF

@@ -2,11 +2,12 @@
 # stop-multinode-slurm.sh: stop the multi-node Slurm cluster that start-multinode-slurm.sh started,
 # and take away what it made on the host.
 #
-# Cancels the cluster's jobs (so Slurm itself ends their processes), stops every node's slurmd,
-# slurmctld and munged (only pids the start script recorded or the daemons wrote into pid files in
-# the state dir, and only when the process's command line names the state dir), ends what still
-# runs inside the cluster's network namespaces (only this cluster's processes can be there: it is
-# named, and the script exits 1), then removes the veth pairs, the bridge, the namespaces, their
+# Cancels the cluster's jobs (so Slurm itself ends their processes), names any process still on a
+# node but the node's init and slurmd (and exits 1), stops every node (SIGTERM to its init, pid 1
+# of the node's PID namespace, which stops its slurmd and exits; the kernel then ends whatever was
+# left on the node), slurmctld and munged (only pids the start script recorded or wrote into pid
+# files in the state dir, and only when the process's command line names the state dir), ends what
+# might still run inside the cluster's network namespaces, then removes the veth pairs, the bridge, the namespaces, their
 # /etc/netns entries and the empty cgroup directories of the nodes. What to remove is read from
 # <state dir>/run/created, which the start script writes before it makes each thing, so a start
 # that crashed half-way is cleaned up too. Running it when nothing runs is fine. Needs root.
@@ -60,7 +61,7 @@ is_ours() {   # name pid: a live process of daemon NAME started from our state d
     local name=$1 pid=$2 cmd
     [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
     running "$pid" || return 1
-    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") || return 1
     case "$cmd" in *"$name"*"$DIR/"*) return 0 ;; esac
     return 1
 }
@@ -104,7 +105,7 @@ stop_daemon() {
 status=0
 
 # 1. cancel the jobs, so that Slurm ends their processes (SIGTERM, KillWait, SIGKILL)
-if [ -n "$(pids_of slurmctld)" ] && [ -n "$(pids_of slurmd)" ] && [ -r "$CONF" ]; then
+if [ -n "$(pids_of slurmctld)" ] && [ -n "$(pids_of node-init)" ] && [ -r "$CONF" ]; then
     export SLURM_CONF=$CONF
     jobs=$(timeout 20 squeue -h -o '%A' 2>/dev/null | sort -u | tr '\n' ' ')
     if [ -n "${jobs// /}" ]; then
@@ -126,11 +127,9 @@ if [ -n "$(pids_of slurmctld)" ] && [ -n "$(pids_of slurmd)" ] && [ -r "$CONF" ]
     fi
 fi
 
-# 2. the nodes' slurmds, then (once the job step daemons have ended) slurmctld and munged
-stop_daemon slurmd || status=1
-
+# 2. the nodes, then slurmctld and munged
 netns_list=$(awk '$1 == "netns" { print $2 }' "$CREATED" 2>/dev/null | sort -u)
-ns_pids() {   # every process inside the cluster's namespaces
+ns_pids() {   # every process inside the cluster's network namespaces
     local ns
     for ns in $netns_list; do
         [ -e "/run/netns/$ns" ] && ip netns pids "$ns" 2>/dev/null
@@ -138,19 +137,46 @@ ns_pids() {   # every process inside the cluster's namespaces
 }
 describe() {
     local p
-    for p in "$@"; do printf '%s(%s) ' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"; done
+    for p in "$@"; do printf '%s(%s) ' "$p" "$(tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | cut -c1-80)"; done
 }
 live() { local p; for p in "$@"; do running "$p" && echo "$p"; done; }
+inits=" $(pids_of node-init | tr '\n' ' ') "
+ppid_of() { awk '/^PPid:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+not_daemons() {   # the processes on the nodes but their inits, the unshare above each and its slurmd
+    local p pp keep=" " i
+    for i in $inits; do keep="$keep$i $(ppid_of "$i") "; done
+    for p in $(live $(ns_pids)); do
+        case "$keep" in *" $p "*) continue ;; esac
+        pp=$(ppid_of "$p")
+        if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = slurmd ]; then
+            case "$inits" in *" $pp "*) continue ;; esac
+        fi
+        echo "$p"
+    done
+}
+if [ -n "${inits// /}" ]; then
+    # job step daemons end a moment after their job
+    for _ in $(seq 1 50); do
+        busy=$(not_daemons)
+        [ -n "$busy" ] || break
+        sleep 0.1
+    done
+    if [ -n "$busy" ]; then
+        log "WARNING: processes still running on the cluster's nodes after its jobs ended; stopping the nodes ends them: $(describe $busy)"
+        status=1
+    fi
+fi
+stop_daemon node-init || status=1
 
-# job step daemons end a moment after their job
-for _ in $(seq 1 50); do
+# a node whose init was never recorded (a start that crashed) may have left processes
+for _ in $(seq 1 20); do
     stray=$(live $(ns_pids))
     [ -n "$stray" ] || break
     sleep 0.1
 done
 if [ -n "$stray" ]; then
     # nothing but this cluster's daemons and jobs can be in its namespaces
-    log "WARNING: processes still running on the cluster's nodes after its daemons stopped; ending them: $(describe $stray)"
+    log "WARNING: processes still running in the cluster's namespaces after its nodes stopped; ending them: $(describe $stray)"
     status=1
     # shellcheck disable=SC2086
     kill -TERM $stray 2>/dev/null
@@ -179,7 +205,10 @@ if [ -s "$CREATED" ]; then
                 case "$name" in
                     /etc/netns/?*) rm -rf -- "$name" ;;
                     /etc/netns) rmdir -- "$name" 2>/dev/null ;;   # only when no one else's entries are left
-                esac ;;
+                esac
+                # another cluster may have made /etc/netns while we put our entries in it, and
+                # could not remove it while they were there: an empty one goes
+                case "$name" in /etc/netns/?*) rmdir /etc/netns 2>/dev/null ;; esac ;;
         esac
     done
     left=""
@@ -214,7 +243,7 @@ if [ "$status" = 0 ]; then
     else log "stopped in $took s (state kept in $DIR; --purge deletes it)"
     fi
 else
-    if [ "$PURGE" = 1 ] && [ -z "$(ns_pids)" ] && [ -z "$(pids_of slurmctld)$(pids_of munged)$(pids_of slurmd)" ]; then
+    if [ "$PURGE" = 1 ] && [ -z "$(ns_pids)" ] && [ -z "$(pids_of slurmctld)$(pids_of munged)$(pids_of node-init)" ]; then
         rm -rf "$DIR"
         rm -f "$DIR.lock"
         log "cleaned up in $took s after the problems above; removed $DIR"

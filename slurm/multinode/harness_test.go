@@ -52,14 +52,15 @@ import (
 
 // cl is the cluster the tests use.
 var cl struct {
-	skip   string   // why the tests skip ("" when they run)
-	root   string   // the repository
-	dir    string   // the cluster's state dir
-	conf   string   // slurm.conf
-	env    []string // environment for Slurm commands
-	gg     string   // the gpuguard binary
-	cgroup bool     // proctrack/cgroup
-	nodes  []node   // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
+	skip       string   // why the tests skip ("" when they run)
+	root       string   // the repository
+	dir        string   // the cluster's state dir
+	conf       string   // slurm.conf
+	env        []string // environment for Slurm commands
+	gg         string   // the gpuguard binary
+	cgroup     bool     // proctrack/cgroup
+	slurmdPort string   // SlurmdPort: every node's slurmd listens on it at its address
+	nodes      []node   // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
 }
 
 // node is one node of the cluster.
@@ -68,7 +69,7 @@ type node struct {
 	addr     string // its address on the cluster's network
 	netns    string // its network namespace (ip netns exec NETNS ...)
 	hostVeth string // the host's end of its link
-	slurmd   int    // its slurmd's pid: nsenter -t PID enters the node
+	init     int    // pid 1 of its PID namespace (host pid): nsenter -t PID enters the node
 }
 
 func TestMain(m *testing.M) { os.Exit(mainTest(m)) }
@@ -302,6 +303,9 @@ func setConf(conf, prefix string) error {
 	cl.cgroup = strings.Contains(text, "ProctrackType=proctrack/cgroup")
 	cl.nodes = nil
 	for _, line := range strings.Split(text, "\n") {
+		if p, ok := strings.CutPrefix(line, "SlurmdPort="); ok {
+			cl.slurmdPort = strings.TrimSpace(p)
+		}
 		rest, ok := strings.CutPrefix(line, "NodeName=")
 		if !ok {
 			continue
@@ -319,12 +323,12 @@ func setConf(conf, prefix string) error {
 		if n.name != fmt.Sprintf("%sn%d", prefix, k) {
 			return fmt.Errorf("%s: node %d is %q, want %sn%d (the names start-multinode-slurm.sh gives)", conf, k, n.name, prefix, k)
 		}
-		pidData, err := os.ReadFile(filepath.Join(cl.dir, "run", "slurmd-"+n.name+".pid"))
+		pidData, err := os.ReadFile(filepath.Join(cl.dir, "run", "node-init-"+n.name+".pid"))
 		if err != nil {
-			return fmt.Errorf("the slurmd of node %s: %v", n.name, err)
+			return fmt.Errorf("the init of node %s: %v", n.name, err)
 		}
-		if n.slurmd, err = strconv.Atoi(strings.TrimSpace(string(pidData))); err != nil {
-			return fmt.Errorf("the slurmd pid file of node %s: %v", n.name, err)
+		if n.init, err = strconv.Atoi(strings.TrimSpace(string(pidData))); err != nil {
+			return fmt.Errorf("the init pid file of node %s: %v", n.name, err)
 		}
 		cl.nodes = append(cl.nodes, n)
 	}
@@ -387,10 +391,10 @@ func run(t testing.TB, dir, name string, args ...string) string {
 }
 
 // onNode is a command run on node k (0-based: SLURM_NODEID): inside its
-// network namespace, with its host name and its /etc/hosts (those of its
-// slurmd, so what a job's process sees there), in dir.
+// network, host name, mount (its /etc/hosts and /proc) and PID namespaces,
+// so it sees what a job's process there sees, in dir.
 func onNode(k int, dir, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(cl.nodes[k].slurmd), "-n", "-u", "-m", "--", name}, args...)...)
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(cl.nodes[k].init), "-n", "-u", "-m", "-p", "--", name}, args...)...)
 	cmd.Dir, cmd.Env = dir, cl.env
 	return cmd
 }
@@ -613,21 +617,23 @@ func nsInode(path string) uint64 {
 }
 
 // allProcs lists the live processes (zombies left out: they hold nothing)
-// of the cluster's nodes, slurmd daemons left out.
+// of the cluster's nodes, with their host pids, the nodes' own (each node's
+// init, the unshare above it, its slurmd) left out.
 func allProcs() []proc {
 	byNS := map[uint64]string{}
-	slurmds := map[int]bool{}
+	daemons := map[int]bool{}
 	for _, n := range cl.nodes {
 		if ino := nsInode("/run/netns/" + n.netns); ino != 0 {
 			byNS[ino] = n.name
 		}
-		slurmds[n.slurmd] = true
+		daemons[n.init] = true
+		daemons[ppid(n.init)] = true
 	}
 	entries, _ := os.ReadDir("/proc")
 	var out []proc
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || slurmds[pid] {
+		if err != nil || daemons[pid] {
 			continue
 		}
 		nodeName, ok := byNS[nsInode(fmt.Sprintf("/proc/%d/ns/net", pid))]
@@ -640,6 +646,9 @@ func allProcs() []proc {
 		p := proc{pid: pid, node: nodeName}
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		p.comm = strings.TrimSpace(string(comm))
+		if p.comm == "slurmd" && daemons[ppid(pid)] {
+			continue
+		}
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		p.cmd = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
 		envData, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
@@ -652,6 +661,24 @@ func allProcs() []proc {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
 	return out
+}
+
+// ppid is the parent of pid (0 when it is gone).
+func ppid(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 // procState is the state letter of /proc/PID/stat ("" when it is gone).

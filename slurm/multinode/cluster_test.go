@@ -1,0 +1,100 @@
+package multinode_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The cluster itself and the harness's helpers: each node has its own host
+// name and address and resolves every node's name and the controller's; a
+// job on all nodes runs its tasks there (jobProcs and nodeProcs find them in
+// each node's namespace), and each node sees only its own processes; cutLink cuts a node off and brings it back. Not
+// parallel: a cut link would break the other tests' jobs.
+func TestMultiNodeClusterAndHelpers(t *testing.T) {
+	need(t)
+	prefix := strings.TrimSuffix(cl.nodes[0].name, "n1")
+	for k, n := range cl.nodes {
+		out, err := onNode(k, "", "bash", "-c", "hostname; ip -4 -o addr show dev eth0; getent hosts "+cl.nodes[0].name+" "+cl.nodes[1].name+" "+prefix+"ctl").CombinedOutput()
+		if err != nil {
+			t.Fatalf("on node %s: %v\n%s", n.name, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 5 || lines[0] != n.name || !strings.Contains(lines[1], " "+n.addr+"/24 ") {
+			t.Errorf("node %s: host name, address and names resolved:\n%s\nwant %s, %s/24, then 3 names", n.name, out, n.name, n.addr)
+		}
+		for i, want := range []string{cl.nodes[0].addr + " " + cl.nodes[0].name, cl.nodes[1].addr + " " + cl.nodes[1].name} {
+			if f := strings.Fields(lines[2+i]); len(f) != 2 || f[0]+" "+f[1] != want {
+				t.Errorf("node %s resolves %q, want %q", n.name, lines[2+i], want)
+			}
+		}
+	}
+
+	// A job on both nodes: each task writes its host name, then waits.
+	dir := workDir(t)
+	id := submit(t, dir, "job.sh", `#!/bin/bash
+#SBATCH -N2 --ntasks-per-node=1
+#SBATCH -o job.out
+srun --label bash -c 'hostname > "host-$SLURM_NODEID"; exec sleep 600'
+`)
+	for k, n := range cl.nodes[:2] {
+		waitFile(t, filepath.Join(dir, fmt.Sprintf("host-%d", k)), n.name, time.Minute)
+	}
+	for k, n := range cl.nodes[:2] {
+		var sleeps int
+		for _, p := range nodeProcs(k) {
+			if p.jobID == id && p.comm == "sleep" {
+				sleeps++
+			}
+		}
+		if sleeps != 1 {
+			t.Errorf("node %s runs %d sleep of job %s, want 1: %v", n.name, sleeps, id, nodeProcs(k))
+		}
+	}
+	// Each node sees its own processes only, as separate machines do (a
+	// gpuguard on node 1 cannot find node 2's ranks in its /proc).
+	for k, n := range cl.nodes[:2] {
+		out, err := onNode(k, "", "bash", "-c", "cat /proc/[0-9]*/comm").CombinedOutput()
+		if err != nil {
+			t.Fatalf("on node %s: %v\n%s", n.name, err, out)
+		}
+		if got := strings.Count(string(out), "sleep\n"); got != 1 {
+			t.Errorf("node %s sees %d sleep processes in its /proc, want its own 1:\n%s", n.name, got, out)
+		}
+	}
+	onNodes := map[string]int{}
+	for _, p := range jobProcs(id) {
+		onNodes[p.node]++
+	}
+	if onNodes[cl.nodes[0].name] < 2 || onNodes[cl.nodes[1].name] < 1 {
+		t.Errorf("job %s's processes by node %v, want the batch shell, srun and a task on the first node and a task on the second", id, onNodes)
+	}
+	cancel(t, id)
+
+	// Node 2 cut off: node 1 cannot reach its slurmd any more; then back.
+	reach := func() error {
+		return onNode(0, "", "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+cl.nodes[1].addr+"/"+cl.slurmdPort).Run()
+	}
+	if err := reach(); err != nil {
+		t.Fatalf("node 1 cannot reach node 2's slurmd before the cut: %v", err)
+	}
+	restore := cutLink(t, 1)
+	if err := reach(); err == nil {
+		t.Errorf("node 1 reaches node 2's slurmd with node 2's link cut")
+	}
+	restore()
+	// The link comes back at once; its bridge port may take a moment to
+	// forward again: try for a while.
+	var err error
+	for range 50 {
+		if err = reach(); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("node 1 cannot reach node 2 after the link came back: %v", err)
+	}
+}
