@@ -285,16 +285,10 @@ exec %s run --policy mn.yaml -- %s --batch 64
 		t.Errorf("verdict of attempt 1: rank %v, want 3 (the worker's [rank3]: lines)", vs[0]["rank"])
 	}
 	t.Run("verdict names the host", func(t *testing.T) {
-		if vs[0]["host"] == nil {
-			// The rank's host is printed only in the launcher's root cause
-			// ("host : NODE" beside "rank : 3 (local_rank: 1)"); srun's
-			// "srun: error: NODE: task 1: Exited with exit code 1" names
-			// the launcher's task, not the rank. The classifier takes the
-			// host from a root cause only when its exitcode is itself a
-			// failure (-9), not for exitcode 1 after an OOM it already
-			// recorded: a gap of internal/probes/classify (issue 14).
-			t.Skipf("known gap: the verdict has no host for a rank under srun + a torchrun-like launcher, though the launcher's root cause names %s", second)
-		}
+		// The rank's host is printed only in the launcher's root cause
+		// ("host : NODE" beside "rank : 3 (local_rank: 1)"); srun's
+		// "srun: error: NODE: task 1: Exited with exit code 1" names the
+		// launcher's task, not the rank.
 		if vs[0]["host"] != second {
 			t.Errorf("verdict host %v, want %s", vs[0]["host"], second)
 		}

@@ -1006,6 +1006,14 @@ func (c *Classifier) rootCauseLine(t, full []byte) bool {
 	case "host":
 		b.host = string(val)
 	case "exitcode":
+		// The block names the host of the rank that failed first; when the
+		// failure already read (an OOM the rank printed) is that rank's and
+		// its line named no host, this is where the host comes from (srun
+		// -N2 torchrun: srun's own line names the launcher's task, not the
+		// rank).
+		if c.cur != nil && c.cur.host == "" && b.host != "" && c.cur.rank == b.rank {
+			c.cur.host = b.host
+		}
 		code, _, ok := scanInt(val)
 		if !ok {
 			return true

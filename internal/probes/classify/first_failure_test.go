@@ -256,3 +256,41 @@ func classifyInto(c *Classifier, log string) {
 	s.Write([]byte(log))
 	s.Flush()
 }
+
+// srun -N2 torchrun: rank 3's OOM names no host, and srun's line names the
+// launcher's task; torchrun's root-cause block names the rank's host, which
+// the verdict takes only when the block is about the rank that failed.
+func TestRootCauseBlockGivesTheFailingRanksHost(t *testing.T) {
+	const oom = "1: [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 15.77 GiB of which 1.02 GiB is free.\n"
+	block := func(host, rank string) string {
+		return "1: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" +
+			"1: ============================================================\n" +
+			"1: train.py FAILED\n" +
+			"1: ------------------------------------------------------------\n" +
+			"1: Root Cause (first observed failure):\n" +
+			"1: [0]:\n" +
+			"1:   time      : 2026-11-25_10:00:00\n" +
+			"1:   host      : " + host + "\n" +
+			"1:   rank      : " + rank + " (local_rank: 1)\n" +
+			"1:   exitcode  : 1 (pid: 4242)\n" +
+			"1:   error_file: <N/A>\n" +
+			"1: ============================================================\n" +
+			"srun: error: nodeb: task 1: Exited with exit code 1\n"
+	}
+	for _, tc := range []struct {
+		name, log, host string
+	}{
+		{"the failing rank's block", oom + block("nodeb", "3"), "nodeb"},
+		{"another rank's block", oom + block("nodea", "0"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classifyString(t, tc.log, ClassifierOptions{})
+			if v.Kind != KindGPUOOM || v.Rank == nil || *v.Rank != 3 {
+				t.Fatalf("kind %s rank %s, want gpu_oom of rank 3", v.Kind, fmtPtr(v.Rank))
+			}
+			if v.Host != tc.host {
+				t.Errorf("host %q, want %q", v.Host, tc.host)
+			}
+		})
+	}
+}
