@@ -6,6 +6,10 @@
 //	                       state directory; prints `export SLURM_CONF=...`
 //	stop-local-slurm.sh    cancels its jobs and stops exactly the daemons the
 //	                       start script started
+//	start-multinode-slurm.sh, stop-multinode-slurm.sh
+//	                       the same for a Slurm of several nodes on one
+//	                       machine: a network namespace, host name and
+//	                       slurmd per node (the tests of slurm/multinode)
 //
 // The tests (slurm_test.go) submit real jobs that run gpuguard: an OOM in a
 // job step recovered by relaunching the step, a rank's OOM in a two-rank
