@@ -17,19 +17,7 @@ import (
 func TestPresetsBuildOOM(t *testing.T) {
 	for _, tc := range presetCases {
 		t.Run(tc.preset, func(t *testing.T) {
-			filename, data, err := Load(tc.preset, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := policy.Parse(filename, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			job := policy.Job{Argv: tc.argv, Dir: "/w"}
-			vals, err := p.Start(job, os.ReadFile)
-			if err != nil {
-				t.Fatalf("Start: %v", err)
-			}
+			p, job, vals := startPreset(t, tc.preset, tc.argv)
 			st := policy.NewState(vals)
 			var jobs []string
 			var last policy.Decision

@@ -38,6 +38,26 @@ var presetCases = []struct {
 	{"hydra", "batch_size", []string{"python", "src/train.py", "data.batch_size=64", "trainer=gpu"}},
 }
 
+// startPreset reads a preset and the knob values it finds in argv, as a run
+// of argv with it would start.
+func startPreset(t *testing.T, preset string, argv []string) (*policy.Policy, policy.Job, policy.Values) {
+	t.Helper()
+	filename, data, err := Load(preset, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse(filename, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := policy.Job{Argv: argv, Dir: "/w"}
+	vals, err := p.Start(job, os.ReadFile)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return p, job, vals
+}
+
 // Run each preset against its typical command: the knobs can be read, a
 // fragmentation OOM first changes the allocator, a validation OOM never
 // changes the training batch (Ultralytics, whose validation batch is
@@ -46,19 +66,7 @@ var presetCases = []struct {
 func TestPresetsBehave(t *testing.T) {
 	for _, tc := range presetCases {
 		t.Run(tc.preset, func(t *testing.T) {
-			filename, data, err := Load(tc.preset, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := policy.Parse(filename, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			job := policy.Job{Argv: tc.argv, Dir: "/w"}
-			vals, err := p.Start(job, os.ReadFile)
-			if err != nil {
-				t.Fatalf("Start: %v", err)
-			}
+			p, job, vals := startPreset(t, tc.preset, tc.argv)
 			start := vals[tc.batchKnob]
 			l, err := p.Render(job, vals, "", "/d", os.ReadFile)
 			if err != nil || !slices.Equal(l.Argv, tc.argv) {

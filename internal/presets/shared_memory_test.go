@@ -1,7 +1,6 @@
 package presets
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -17,18 +16,7 @@ import (
 func TestPresetsSharedMemory(t *testing.T) {
 	for _, tc := range presetCases {
 		t.Run(tc.preset, func(t *testing.T) {
-			filename, data, err := Load(tc.preset, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := policy.Parse(filename, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			vals, err := p.Start(policy.Job{Argv: tc.argv, Dir: "/w"}, os.ReadFile)
-			if err != nil {
-				t.Fatalf("Start: %v", err)
-			}
+			p, _, vals := startPreset(t, tc.preset, tc.argv)
 			st := policy.NewState(vals)
 			var d policy.Decision
 			relaunches := 0
