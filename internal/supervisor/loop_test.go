@@ -341,13 +341,15 @@ func TestOOMGrace(t *testing.T) {
 	cases := []struct {
 		name       string
 		stepsSince int64
+		recovered  bool
 		exits      bool
 		stopped    bool
 	}{
-		{"hangs after the error", 0, false, true},
-		{"one step is not training on", 1, false, true},
-		{"trains on", 2, false, false},
-		{"exits within the grace", 0, true, false},
+		{"hangs after the error", 0, false, false, true},
+		{"one step is not training on", 1, false, false, true},
+		{"trains on", 2, false, false, false},
+		{"says it recovered, no step yet", 0, true, false, false},
+		{"exits within the grace", 0, false, true, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -360,7 +362,7 @@ func TestOOMGrace(t *testing.T) {
 			failed <- struct{}{}
 			returned := make(chan struct{})
 			go func() {
-				lt.watchOOMGrace(a, failed, 30*time.Second, func() int64 { return c.stepsSince })
+				lt.watchOOMGrace(a, failed, 30*time.Second, func() bool { return wentOn(c.stepsSince, c.recovered) })
 				close(returned)
 			}()
 			// The watch waits a second, says it waits, then waits the rest.
@@ -394,8 +396,8 @@ func TestOOMGrace(t *testing.T) {
 					"the job has not exited 1s after its out-of-memory error: waiting up to 29s more (oom_grace), then stopping it",
 					"the job did not exit within 30s of its out-of-memory error: stopping it")
 			}
-			if said := strings.Contains(lt.stderr.String(), "waiting up to"); said != (c.stepsSince < 2) {
-				t.Errorf("announced the wait: %v, with %d steps since the error", said, c.stepsSince)
+			if said := strings.Contains(lt.stderr.String(), "waiting up to"); said != !wentOn(c.stepsSince, c.recovered) {
+				t.Errorf("announced the wait: %v, with %d steps since the error (recovered: %v)", said, c.stepsSince, c.recovered)
 			}
 		})
 	}

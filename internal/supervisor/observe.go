@@ -69,6 +69,9 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	// Only the failing rank's steps (or steps naming no rank) count: other
 	// ranks may print steps they took before they hung in a collective.
 	var stepsSince atomic.Int64
+	// recovered: the job said it recovered from its last out-of-memory
+	// error (classify.EventRecovered); reset by the next one.
+	var recovered atomic.Bool
 	var failRank atomic.Int64
 	failRank.Store(-1)
 	// Group hook (supervisor/group.go): every step printed, when the first
@@ -101,6 +104,8 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 					sampler.SetPhase(ev.Phase, epoch)
 				}
 				rd.Write(record.Phase{Attempt: n, Phase: ev.Phase, Line: ev.Line, Stream: stream})
+			case classify.EventRecovered:
+				recovered.Store(true)
 			case classify.EventFailure:
 				rd.Write(record.Failure{Attempt: n, Kind: ev.Kind, Line: ev.Line, Stream: stream, Text: ev.Text})
 				failedAt.CompareAndSwap(0, time.Now().UnixNano())
@@ -108,6 +113,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 					l.grp.oom(n, ev, grace) // Group hook: the leader stops the other nodes' jobs
 					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
+					recovered.Store(false)
 					select {
 					case failed <- struct{}{}:
 					default:
@@ -165,7 +171,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			go func() { defer sampled.Done(); sampler.RunJob(ctx, a) }()
 			// After an out-of-memory line the job gets oom_grace to exit by
 			// itself (oomgrace.go).
-			go l.watchOOMGrace(a, failed, grace, stepsSince.Load)
+			go l.watchOOMGrace(a, failed, grace, func() bool { return wentOn(stepsSince.Load(), recovered.Load()) })
 			if stall != nil {
 				go l.watchStall(n, a, stall) // hang.go
 			}

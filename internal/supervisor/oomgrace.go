@@ -14,11 +14,11 @@ type graceAttempt interface {
 // watchOOMGrace gives the job oom_grace to exit by itself after each
 // out-of-memory error (one value on failed per error) and stops the whole
 // tree when it does not: other ranks may hang in a collective until NCCL's
-// timeout, tens of minutes. A job that trains on after the error (two steps
-// printed since, as stepsSince counts them) survived it, as a framework that
-// catches the OOM and retries with a smaller batch does, and is left alone.
-// It returns when the attempt ends or has been stopped.
-func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.Duration, stepsSince func() int64) {
+// timeout, tens of minutes. A job that went on after the error survived it,
+// as a framework that catches the OOM and retries with a smaller batch does,
+// and is left alone: wentOn says so (two steps printed since, or the job
+// said it recovered). It returns when the attempt ends or has been stopped.
+func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.Duration, wentOn func() bool) {
 	for {
 		select {
 		case <-failed:
@@ -35,14 +35,14 @@ func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.
 				return
 			}
 			wait = grace - time.Second
-			if stepsSince() < 2 {
+			if !wentOn() {
 				l.job.Status.Printf("the job has not exited 1s after its out-of-memory error: waiting up to %s more (oom_grace), then stopping it", wait)
 			}
 		}
 		select {
 		case <-l.after(wait):
-			if stepsSince() >= 2 {
-				l.log.Info("training went on after an out-of-memory error: not stopping the job")
+			if wentOn() {
+				l.log.Info("the job went on after an out-of-memory error: not stopping it")
 				continue
 			}
 			l.job.Status.Printf("the job did not exit within %s of its out-of-memory error: stopping it", grace)
@@ -52,4 +52,11 @@ func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.
 			return
 		}
 	}
+}
+
+// wentOn says whether a job went on after its last out-of-memory error: it
+// printed two steps since (one may be a step it finished before the error),
+// or it said it recovered from it.
+func wentOn(stepsSince int64, recovered bool) bool {
+	return recovered || stepsSince >= 2
 }

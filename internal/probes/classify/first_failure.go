@@ -230,6 +230,11 @@ func (c *Classifier) recoveryLine(t []byte) {
 		return
 	}
 	if bHas(t, "ttempting to recover from OOM") {
+		if !f.caught {
+			// The OOM's line went out as a live failure: say that the job
+			// goes on, so that nobody stops it for that error.
+			c.emit(Event{Type: EventRecovered, Line: c.num, Rank: f.rank})
+		}
 		f.caught = true
 		f.lastLine = c.num
 	}

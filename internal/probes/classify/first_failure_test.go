@@ -216,6 +216,23 @@ func TestCaughtOOMEvents(t *testing.T) {
 	}
 }
 
+// An OOM reported live and then recovered from sends EventRecovered once, on
+// the marker's line, so that the supervisor does not stop a job that goes on.
+func TestRecoveredEvent(t *testing.T) {
+	log := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n" +
+		"WARNING: attempting to recover from OOM in forward/backward pass\n" +
+		"WARNING: attempting to recover from OOM in forward/backward pass\n"
+	var got []Event
+	classifyString(t, log, ClassifierOptions{OnEvent: func(e Event) {
+		if e.Type == EventFailure || e.Type == EventRecovered {
+			got = append(got, e)
+		}
+	}})
+	if len(got) != 2 || got[0].Type != EventFailure || got[1].Type != EventRecovered || got[1].Line != 2 {
+		t.Errorf("events %+v, want the failure at line 1, then one EventRecovered at line 2", got)
+	}
+}
+
 // The recovery marker only makes the current OOM caught: alone, or after
 // another rank's OOM, it changes nothing.
 func TestRecoveryLineScope(t *testing.T) {

@@ -254,9 +254,10 @@ type Event struct {
 type EventType uint8
 
 const (
-	EventPhase   EventType = iota + 1 // a phase started
-	EventStep                         // a step (or epoch) number was printed
-	EventFailure                      // a failure line was seen (OOM or crash); more lines may refine it
+	EventPhase     EventType = iota + 1 // a phase started
+	EventStep                           // a step (or epoch) number was printed
+	EventFailure                        // a failure line was seen (OOM or crash); more lines may refine it
+	EventRecovered                      // the job says it recovered from the out-of-memory error last reported (fairseq's "attempting to recover from OOM"): it goes on
 )
 
 // PhasePattern is an extra phase marker from a policy file: a line matching
