@@ -32,6 +32,43 @@ func oomAsking(n int, phase classify.Phase, req int64) Outcome {
 	return o
 }
 
+// oomAt is oomAsking at a site of the code (Verdict.Site).
+func oomAt(n int, phase classify.Phase, req int64, site string) Outcome {
+	o := oomAsking(n, phase, req)
+	o.Verdict.Site = site
+	return o
+}
+
+// The place of the failure counts where both attempts' tracebacks show it:
+// the same request at another place is another allocation (the knob may
+// well be the cause); at the same place, the decision names it.
+func TestNotTheCauseComparesTheSite(t *testing.T) {
+	p := mustParse(t, causePolicy)
+	const gib = 1 << 30
+	const conv = "/venv/torch/nn/modules/conv.py:456 in _conv_forward"
+	start := NewState(Values{"batch_size": Text("64"), "workers": Text("8")})
+	first := p.Decide(start, oomAt(1, classify.PhaseTrain, 2*gib, conv))
+	if l := first.State.Last; l == nil || l.Site != conv {
+		t.Fatalf("State.Last = %+v, want the site kept", l)
+	}
+	for _, tc := range []struct {
+		name, site, want, note string
+	}{
+		{"same place", conv, "rule train-oom step 2: workers 8→4",
+			"batch_size is not the cause: after batch_size 64→32, attempt 2 failed asking for the same 2.00 GiB in train at " + conv + "; rule train-oom goes on to step 2"},
+		{"another place", "/venv/torch/nn/functional.py:2943 in cross_entropy", "rule train-oom step 1: batch_size 32→16", ""},
+		{"no traceback this time", "", "rule train-oom step 2: workers 8→4",
+			"batch_size is not the cause: after batch_size 64→32, attempt 2 failed asking for the same 2.00 GiB in train; rule train-oom goes on to step 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := p.Decide(first.State, oomAt(2, classify.PhaseTrain, 2*gib, tc.site))
+			if d.Verb != Relaunch || !strings.HasPrefix(d.Describe(), tc.want) || d.Note != tc.note {
+				t.Errorf("%s: %s\nnote %q\nwant %q, note %q", d.Verb, d.Describe(), d.Note, tc.want, tc.note)
+			}
+		})
+	}
+}
+
 // TestNotTheCause: a knob changed for an OOM, followed by the same request
 // at the same place, is not the cause: the rule moves to its next step, or
 // gives up, and says why; a different request, phase or kind, or no figure,

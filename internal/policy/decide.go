@@ -314,7 +314,7 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 			d.Note = strings.Join(causes, "; ")
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
-			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase)}
+			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase), Site: v.Site}
 			if v.OOM != nil && v.OOM.RequestedBytes != nil {
 				st.Last.RequestedBytes = ptrTo(*v.OOM.RequestedBytes)
 			}
@@ -346,7 +346,8 @@ func ptrTo[T any](v T) *T { return &v }
 // notTheCause reports whether the step at index pos of rule, which the last
 // relaunch took, changed a knob without touching the failure: the attempt
 // after it failed the same way (an out-of-memory error of the same kind, in
-// the same phase, asking for the same number of bytes). The allocation then
+// the same phase, asking for the same number of bytes, at the same place in
+// the code where both tracebacks show one: Verdict.Site). The allocation then
 // does not depend on the knob (it is made inside a DataLoader worker, or
 // against a per-process limit), and repeating the step only wastes
 // relaunches until the knob reaches its floor. why says so, for the
@@ -355,7 +356,7 @@ func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out
 	v := out.Verdict
 	if last == nil || last.Rule != rule || last.Step != pos+1 || last.Kind != string(kind) || !isOOM(kind) ||
 		last.Phase != string(v.Phase) || last.RequestedBytes == nil || v.OOM == nil || v.OOM.RequestedBytes == nil ||
-		*last.RequestedBytes != *v.OOM.RequestedBytes {
+		*last.RequestedBytes != *v.OOM.RequestedBytes || last.Site != "" && v.Site != "" && last.Site != v.Site {
 		return "", false
 	}
 	var knobs, changes []string
@@ -376,8 +377,12 @@ func notTheCause(last *Relaunched, rule string, pos int, kind classify.Kind, out
 	if len(knobs) > 1 {
 		is = "are"
 	}
-	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s",
-		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.Size(*v.OOM.RequestedBytes), phase), true
+	at := ""
+	if v.Site != "" && last.Site == v.Site {
+		at = " at " + v.Site
+	}
+	return fmt.Sprintf("%s %s not the cause: after %s, attempt %d failed asking for the same %s in %s%s",
+		strings.Join(knobs, " and "), is, strings.Join(changes, ", "), out.Attempt, humanize.Size(*v.OOM.RequestedBytes), phase, at), true
 }
 
 func isOOM(k classify.Kind) bool {

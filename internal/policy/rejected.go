@@ -53,6 +53,7 @@ type Relaunched struct {
 	Kind           string   `json:"kind"`
 	Phase          string   `json:"phase,omitempty"`
 	RequestedBytes *int64   `json:"requested_bytes,omitempty"`
+	Site           string   `json:"site,omitempty"` // Verdict.Site: where in the code the allocation failed
 }
 
 func (r *Relaunched) clone() *Relaunched {

@@ -101,14 +101,15 @@ type Classifier struct {
 	ev           [nSlots]place // the last position sent in an EventStep, per kind
 
 	// failures
-	cur     *failure
-	handled []handledFailure
-	notes   []failureNote // failures set aside as consequences of the verdict's, or replaced (first_failure.go)
-	pend    pendingMsg
-	block   rootCauseBlock
-	abUntil int // AutoBatch probing: OOM text until this line is the probe's
-	exp     expandableState
-	exit    *Exit
+	cur       *failure
+	handled   []handledFailure
+	notes     []failureNote // failures set aside as consequences of the verdict's, or replaced (first_failure.go)
+	pend      pendingMsg
+	block     rootCauseBlock
+	lastFrame frameSeen // the last traceback frame line (site.go)
+	abUntil   int       // AutoBatch probing: OOM text until this line is the probe's
+	exp       expandableState
+	exit      *Exit
 
 	// trace, when set (tests), is called for every line recognised as a
 	// phase line, with the phase the line shows.
@@ -177,6 +178,7 @@ type failure struct {
 	detail   string // plain words about the evidence ("DataLoader worker pid 23310")
 	lowConf  bool   // the evidence does not prove the cause
 	shm      bool   // the memory that ran out is /dev/shm (Verdict.SharedMemory)
+	site     string // the innermost traceback frame printed before a memory failure (Verdict.Site)
 	phase    Phase
 	st       stepRead
 	stText   [maxStepText]byte // st's line (stLen bytes of it, cut as stCut says): no allocation per failure
@@ -357,6 +359,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 		c.m.scan(t, &c.hits)
 	}
 	h := &c.hits
+	if h.has(kwFrame) {
+		c.lastFrame.note(t, c.num, rank)
+	}
 	phaseShape, failShape := anchoredCandidate(t)
 	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {
 		return
@@ -724,6 +729,9 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 		caughtFigures(&f, t)
 	}
 	classifyConsequence(&f, t)
+	if f.class == classMemory && f.site == "" {
+		f.site = c.lastFrame.before(c.num, f.rank)
+	}
 	if f.family == "dataloader" || bHas(t, "in DataLoader worker process") {
 		f.worker = true
 	}

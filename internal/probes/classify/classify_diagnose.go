@@ -91,6 +91,7 @@ func (c *Classifier) Verdict() Verdict {
 			v.Rank = valPtr(f.rank)
 		}
 		v.SharedMemory = f.shm
+		v.Site = f.site
 		v.Build = f.family == buildFamily
 		if f.worker && f.class == classMemory {
 			v.Requester = RequesterDataLoaderWorker

@@ -311,3 +311,28 @@ func TestRootCauseBlockGivesTheFailingRanksHost(t *testing.T) {
 		})
 	}
 }
+
+// The site of an OOM is the innermost frame printed just before it, of the
+// same rank; a frame far above, or another rank's, is not.
+func TestOOMSite(t *testing.T) {
+	const oomLine = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n"
+	frames := "Traceback (most recent call last):\n" +
+		"  File \"/work/train.py\", line 88, in <module>\n" +
+		"    loss = model(x).sum()\n" +
+		"  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py\", line 456, in _conv_forward\n" +
+		"    return F.conv2d(input, weight, bias, self.stride,\n"
+	for _, tc := range []struct{ name, log, want string }{
+		{"the innermost frame", frames + oomLine, "/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:456 in _conv_forward"},
+		{"ranked", "[rank1]: " + strings.ReplaceAll(strings.TrimSuffix(frames, "\n"), "\n", "\n[rank1]: ") + "\n[rank1]: " + oomLine, "/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:456 in _conv_forward"},
+		{"another rank's frame", "[rank0]:   File \"/work/train.py\", line 88, in <module>\n[rank1]: " + oomLine, ""},
+		{"a frame far above", frames + strings.Repeat("step 3 loss 1.0\n", 12) + oomLine, ""},
+		{"no traceback", oomLine, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classifyString(t, tc.log, ClassifierOptions{})
+			if v.Kind != KindGPUOOM || v.Site != tc.want {
+				t.Errorf("kind %s site %q, want gpu_oom at %q", v.Kind, v.Site, tc.want)
+			}
+		})
+	}
+}

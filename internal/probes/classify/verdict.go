@@ -102,6 +102,11 @@ type Verdict struct {
 	// a DataLoader worker ("Caught RuntimeError in DataLoader worker process
 	// 3", a worker killed for memory). Empty when the log does not say.
 	Requester string `json:"requester,omitempty"`
+	// Site: for a memory failure, the innermost frame of the Python
+	// traceback printed just before it, as `PATH:LINE in FUNC` (the
+	// allocation that failed); empty when the log printed none. The
+	// policy's cause check compares it across attempts.
+	Site string `json:"site,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
