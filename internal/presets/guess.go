@@ -45,5 +45,7 @@ func Guess(argv []string) (preset, why string) {
 	return "argparse", "no framework-specific arguments, so plain flags"
 }
 
-// hfFlags are TrainingArguments flags that mark a Hugging Face Trainer script.
-var hfFlags = []string{"--per_device_train_batch_size", "--gradient_accumulation_steps", "--model_name_or_path", "--output_dir", "--resume_from_checkpoint", "--per_device_eval_batch_size"}
+// hfFlags are TrainingArguments flags that mark a Hugging Face Trainer
+// script. --output_dir is not one of them: plain argparse scripts use it
+// as often (it would give them the Trainer's knobs and checkpoint layout).
+var hfFlags = []string{"--per_device_train_batch_size", "--gradient_accumulation_steps", "--model_name_or_path", "--resume_from_checkpoint", "--per_device_eval_batch_size"}

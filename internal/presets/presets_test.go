@@ -221,6 +221,7 @@ func TestGuess(t *testing.T) {
 		{"python fit.py batch=16 imgsz=640", "ultralytics"},
 		{"python main.py fit --trainer.max_epochs=3 --data.batch_size 8", "lightning"},
 		{"accelerate launch run_glue.py --model_name_or_path bert --output_dir o", "huggingface"},
+		{"python train.py --output_dir runs/exp1 --batch-size 32", "argparse"},
 		{"torchrun --nproc_per_node 8 train.py --per_device_train_batch_size=8", "huggingface"},
 		{"python src/train.py trainer.max_epochs=10 data.batch_size=64", "hydra"},
 		{"python train.py +experiment=big", "hydra"},
