@@ -35,4 +35,9 @@ type Config struct {
 	Stdin  *os.File
 	Stdout *os.File
 	Stderr io.Writer
+
+	// groupMember: this gpuguard is a member (not the leader) of a group,
+	// whose leader notifies for the whole job (set by the loop once the
+	// group is resolved, before the run starts).
+	groupMember bool
 }

@@ -127,6 +127,7 @@ func (g *groupRun) isLeader() bool { return g != nil && g.leader != nil }
 // journals it, and returns the exit status.
 func (l *loop) groupFailed(n int, err error) int {
 	l.job.Status.Printf("group: %v; giving up without relaunching (a relaunch alone could run with settings the other nodes do not share)", err)
+	l.job.quiet.Store(false) // no leader to notify for the job: this member says how it ends
 	l.job.RunDir.Write(record.GroupLost{Attempt: n, Error: err.Error(), TimeoutS: l.grp.timeout(l.cfg.GroupTimeout).Seconds()})
 	return ExitGroupLost
 }

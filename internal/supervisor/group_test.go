@@ -104,6 +104,8 @@ checkpoints:
   globs: [ckpt/step_*.pt]
   choose: highest_step
   pass: {flag: --resume}
+notify:
+  command: cat >> notify-$NODE.jsonl
 `
 
 // groupCase is a group of gpuguards started side by side in one
@@ -271,6 +273,16 @@ func TestGroupOOMOnOneNodeRelaunchesEveryNodeAlike(t *testing.T) {
 					t.Fatalf("member %d: exit status %d, want 0; stderr:\n%s", i, code, p.errb)
 				}
 			}
+			// One notification stream for the job: the leader's. The
+			// members' own journals have the same decisions.
+			if data, err := os.ReadFile(filepath.Join(c.dir, "notify-0.jsonl")); err != nil || !strings.Contains(string(data), `"relaunch"`) {
+				t.Errorf("the leader's notifications: %q, %v; want its relaunch decision", data, err)
+			}
+			for _, i := range []int{1, 2} {
+				if data, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("notify-%d.jsonl", i))); err == nil {
+					t.Errorf("member %d notified for the job too:\n%s", i, data)
+				}
+			}
 			ckpt := filepath.Join(c.dir, "ckpt", "step_100.pt")
 			for i := range c.procs {
 				want := []string{
@@ -341,6 +353,11 @@ func TestGroupMemberCutOffFromItsLeaderGivesUp(t *testing.T) {
 	}
 	if lost := c.events(t, 1, "group_lost"); len(lost) != 1 {
 		t.Errorf("member's group_lost events: %v, want one", lost)
+	}
+	// With no leader to speak for the job, the member notifies how its
+	// run ended (the notifications go out before gpuguard exits).
+	if data, err := os.ReadFile(filepath.Join(c.dir, "notify-1.jsonl")); err != nil || !strings.Contains(string(data), `"run_end"`) {
+		t.Errorf("the member's notifications: %q, %v; want its run_end", data, err)
 	}
 }
 

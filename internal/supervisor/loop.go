@@ -159,6 +159,7 @@ func runLoop(cfg Config) int {
 	if code != 0 {
 		return code
 	}
+	l.cfg.groupMember = inGroup && !gspec.Leads()
 
 	job, code := prepare(l.cfg)
 	if job == nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,7 +47,8 @@ type Job struct {
 	Logger  *zap.Logger
 	Term    *os.File // the terminal the pty's size follows, if any
 
-	stopSinks func() // notifications and metrics (sinks.go)
+	stopSinks func()      // notifications and metrics (sinks.go)
+	quiet     atomic.Bool // a group member: its leader sends the job's notifications (sinks.go)
 }
 
 // prepare resolves cfg (launch mode, environment, run directory), prints the
@@ -102,7 +104,8 @@ func prepare(cfg Config) (*Job, int) {
 	}
 	rd.OnWriteError(func(msg string) { status.Printf("%s", msg) })
 	j := &Job{Cfg: cfg, PTY: usePTY, Env: env, RunDir: rd, Status: status, Logger: rd.Logger()}
-	j.stopSinks = startSinks(cfg, rd, status)
+	j.quiet.Store(cfg.groupMember) // the leader notifies for the whole job
+	j.stopSinks = startSinks(cfg, rd, status, &j.quiet)
 	for _, f := range []*os.File{cfg.Stdout, fileOf(cfg.Stderr), cfg.Stdin} {
 		if isTerminal(f) {
 			j.Term = f

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/gpuguard/gpuguard/internal/metrics"
 	"github.com/gpuguard/gpuguard/internal/notify"
@@ -14,8 +16,10 @@ import (
 // --notify-command) and the metrics files (metrics.prom, --metrics-file),
 // which say their failures once on the status output. The returned function
 // gives queued notifications their bounded time to go out; call it after the
-// run's last event.
-func startSinks(cfg Config, rd *rundir.Dir, status *Status) (stop func()) {
+// run's last event. While quiet holds (a member of a group, whose leader
+// notifies for the whole job) nothing is notified; a member that lost its
+// leader speaks for itself again. Metrics are per node and always written.
+func startSinks(cfg Config, rd *rundir.Dir, status *Status, quiet *atomic.Bool) (stop func()) {
 	warn := func(msg string) { status.Printf("%s", msg) }
 	paths := []string{filepath.Join(rd.Path(), metrics.FileName)}
 	if cfg.MetricsFile != "" {
@@ -30,6 +34,10 @@ func startSinks(cfg Config, rd *rundir.Dir, status *Status) (stop func()) {
 	}
 	rd.OnWrite(m.Observe)
 	n := notify.Start(notify.Config{URL: cfg.Notify, Command: cfg.NotifyCommand, Warn: warn})
-	rd.OnWrite(n.Observe)
+	rd.OnWrite(func(t time.Time, ev record.Event) {
+		if !quiet.Load() {
+			n.Observe(t, ev)
+		}
+	})
 	return n.Close
 }
