@@ -544,6 +544,12 @@ func (r *reader) run() {
 	// Raw reads only where the descriptor cannot block (see readNonblock):
 	// an *os.File goes blocking for good once anything calls its Fd.
 	r.raw = nonblocking(rc)
+	r.readAll(rc, buf)
+}
+
+// readAll reads rc until the end of the stream or the drain deadline,
+// passing on what it reads.
+func (r *reader) readAll(rc syscall.RawConn, buf []byte) {
 	for {
 		n, err := r.read(rc, buf)
 		if n > 0 {
@@ -555,6 +561,9 @@ func (r *reader) run() {
 			r.mu.Unlock()
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && r.raw {
+				r.finalReads(rc, buf)
+			}
 			if !endOfStream(err) {
 				r.logger.Warn("reading the job's output failed", zap.Int("stream", r.stream), zap.Error(err))
 			}
@@ -564,6 +573,38 @@ func (r *reader) run() {
 	if r.q != nil {
 		r.q.finish(r.stream)
 	}
+}
+
+// maxFinalReads bounds finalReads: output that keeps coming after the drain
+// deadline is from a process outside the job's tree, which is not waited for.
+const maxFinalReads = 16
+
+// finalReads reads what the stream holds once the drain deadline has
+// passed. At the deadline the runtime's poller gives up without reading
+// again, and the last output of a job may not have woken it yet: a pty
+// moves what the job wrote to the reading side in kernel work that can lag
+// on a busy machine, and a read (not a poll) pushes it through. Only for a
+// non-blocking descriptor: the reads never wait for more.
+func (r *reader) finalReads(rc syscall.RawConn, buf []byte) {
+	_ = rc.Control(func(fd uintptr) {
+		for i := 0; i < maxFinalReads; {
+			r.mu.Lock()
+			n, err := unix.Read(int(fd), buf)
+			if n > 0 {
+				if r.first != nil {
+					r.takeFirst(r.first)
+				}
+				r.pass(buf[:n])
+				r.mu.Unlock()
+				i++
+				continue
+			}
+			r.mu.Unlock()
+			if err != unix.EINTR {
+				return
+			}
+		}
+	})
 }
 
 // pass passes p on, as this reader's stream: to the terminal side, to the
