@@ -229,7 +229,7 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	if blocks {
 		next = math.Min(next, bound)
 		return next, figures + fmt.Sprintf("; block %d of %d in forward: what grew so far is about %d/%d of the forward's activations, so the step grows by ~%s: taking %s, the largest whose estimate stays under the ceiling (at most %s counting only what was seen)",
-			b.Index+1, b.Of, b.Index+1, b.Of, humanize.Size(int64(seen*float64(b.Of)/float64(b.Index+1))), formatNumber(math.Floor(next), true), formatNumber(math.Floor(bound), true)), ""
+			b.Index+1, b.Of, b.Index+1, b.Of, humanize.Size(int64(seen*float64(b.Of)/float64(b.Index+1))), formatNumber(math.Floor(next+1e-9), true), formatNumber(math.Floor(bound+1e-9), true)), ""
 	}
 	if !series {
 		return next, figures + fmt.Sprintf("; the failing request is most of that growth, so the step's growth is known: taking %s, the largest whose estimate stays under the ceiling", formatNumber(math.Floor(next), true)), ""
