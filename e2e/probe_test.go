@@ -75,10 +75,11 @@ func TestProbeTorchThroughGpuguard(t *testing.T) {
 		t.Fatalf("exit %d, attempt_end %+v: want 1 and a site\n%s", r.code, end, dump(r))
 	}
 	s := end.Site
-	if s.Module != "Net.encoder.0" || s.Pass != "forward" || s.Phase != "train" || s.Step != 3 || s.Shapes != "[[8,16]]" {
+	if s.Module != "Net.encoder.0" || s.Pass != "forward" || s.Phase != "train" || s.Step != 3 || s.Shapes != "[[8,16]]" ||
+		s.Block == nil || *s.Block != (record.ProbeBlock{Container: "encoder", Index: 0, Of: 2}) || s.Grad == nil || !*s.Grad {
 		t.Fatalf("site %+v", *s)
 	}
-	if !strings.Contains(r.stderr, "torch probe: out of memory in the forward of Net.encoder.0 (train, step 3, inputs [[8,16]])") {
+	if !strings.Contains(r.stderr, "torch probe: out of memory in the forward of Net.encoder.0 (train, step 3, inputs [[8,16]], block 1 of 2 in encoder)") {
 		t.Fatalf("the site is not said\n%s", dump(r))
 	}
 }

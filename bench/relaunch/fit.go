@@ -94,7 +94,7 @@ func (s fitShape) feasible() int {
 	lo, hi := 0, s.value
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if _, _, _, fits := s.attempt(mid); fits {
+		if _, _, _, _, fits := s.attempt(mid); fits {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -114,6 +114,11 @@ type gpuSim struct {
 	failedPhase      classify.Phase
 	failedAt         int // training step
 	allocatedByTorch float64
+	// block: the failing allocation's place, as the torch probe would see
+	// it (a layer of the forward, with grad or without; the backward's);
+	// nil for an allocation outside the repeated layers (the logits, the
+	// optimizer's states).
+	block, failedBlock *policy.OOMBlock
 }
 
 func (g *gpuSim) setPhase(p classify.Phase) {
@@ -129,7 +134,7 @@ func (g *gpuSim) alloc(n float64, step int) bool {
 		b := func(x float64) *int64 { v := int64(x); return &v }
 		g.failed = &classify.OOM{RequestedBytes: b(n), TotalBytes: b(g.s.capacity), FreeBytes: b(g.s.capacity - g.inUse),
 			AllocatedBytes: b(g.inUse - g.s.ctx)}
-		g.failedPhase, g.failedAt = g.phase, step
+		g.failedPhase, g.failedAt, g.failedBlock = g.phase, step, g.block
 		return false
 	}
 	g.inUse += n
@@ -140,8 +145,10 @@ func (g *gpuSim) alloc(n float64, step int) bool {
 func (g *gpuSim) free(n float64) { g.inUse -= n }
 
 // attempt runs the shape with the knob at value (the failing phase's knob:
-// training's batch, or validation's) and returns what the policy is told.
-func (s fitShape) attempt(value int) (classify.Verdict, map[classify.Phase]float64, map[classify.Phase]float64, bool) {
+// training's batch, or validation's) and returns what the policy is told
+// (the verdict, the phases' starts and peaks, and the place of the failure
+// the torch probe would report).
+func (s fitShape) attempt(value int) (classify.Verdict, map[classify.Phase]float64, map[classify.Phase]float64, *policy.OOMBlock, bool) {
 	g := &gpuSim{s: s, starts: map[classify.Phase]float64{}, peaks: map[classify.Phase]float64{}}
 	train, val := float64(value), 1.0
 	if s.valPerUnit > 0 {
@@ -162,22 +169,26 @@ func (s fitShape) attempt(value int) (classify.Verdict, map[classify.Phase]float
 		g.setPhase(classify.PhaseTrain)
 		for step := 1; step <= s.trainSteps; step++ {
 			chunk := u(train) * s.perUnit / float64(s.layers)
-			for range s.layers {
+			for l := range s.layers {
+				g.block = &policy.OOMBlock{Index: l, Of: s.layers}
 				if !g.alloc(chunk, step) {
 					return false
 				}
 			}
+			g.block = nil
 			last := u(train) * s.lastPerUnit
 			if last > 0 && !g.alloc(last, step) {
 				return false
 			}
 			g.free(last)
-			for range s.layers {
+			for l := range s.layers {
+				g.block = &policy.OOMBlock{Index: s.layers - 1 - l, Of: s.layers, Backward: true}
 				if !g.alloc(s.grads/float64(s.layers), step) {
 					return false
 				}
 				g.free(chunk)
 			}
+			g.block = nil
 			if !haveOpt {
 				for range 2 {
 					if !g.alloc(s.opt/2, step) {
@@ -194,6 +205,7 @@ func (s fitShape) attempt(value int) (classify.Verdict, map[classify.Phase]float
 			prev := 0.0
 			for l := range s.layers {
 				out := u(val) * s.valPerUnit / float64(l+1) / 3
+				g.block = &policy.OOMBlock{Index: l, Of: s.layers, NoGrad: true}
 				if !g.alloc(out, s.trainSteps) {
 					return false
 				}
@@ -205,10 +217,10 @@ func (s fitShape) attempt(value int) (classify.Verdict, map[classify.Phase]float
 		return true
 	}()
 	if ok {
-		return classify.Verdict{Kind: classify.KindNone}, g.starts, g.peaks, true
+		return classify.Verdict{Kind: classify.KindNone}, g.starts, g.peaks, nil, true
 	}
 	step := int64(g.failedAt)
-	return classify.Verdict{Kind: classify.KindGPUOOM, Phase: g.failedPhase, OOM: g.failed, Step: &step}, g.starts, g.peaks, false
+	return classify.Verdict{Kind: classify.KindGPUOOM, Phase: g.failedPhase, OOM: g.failed, Step: &step}, g.starts, g.peaks, g.failedBlock, false
 }
 
 const fitPolicyFmt = `version: 1
@@ -232,17 +244,19 @@ type fitResult struct {
 	decisions         []string
 }
 
-// fitMethods are the methods compared: the fit action (told each phase's
-// start, as gpuguard's sampler measures it), fit without a sampler (no GPU
-// figures beyond the message), and plain halving.
+// fitMethods are the methods compared: the fit action with the torch
+// probe (told the failing layer's place too), the fit action (told each
+// phase's start, as gpuguard's sampler measures it), fit without a sampler
+// (no GPU figures beyond the message), and plain halving.
 var fitMethods = []struct {
-	name, verb string
-	starts     bool
+	name, verb    string
+	starts, probe bool
 }{
-	{"fit", "fit", true},
-	{"fit, message only", "fit", false},
-	{"example policy", "example", true},
-	{"halve", "halve", false},
+	{"fit, with the probe", "fit", true, true},
+	{"fit", "fit", true, false},
+	{"fit, message only", "fit", false, false},
+	{"example policy", "example", true, false},
+	{"halve", "halve", false, false},
 }
 
 // examplePolicy is examples/gpuguard.yaml (its train-oom rule halves the
@@ -250,8 +264,9 @@ var fitMethods = []struct {
 // these shapes do not model: a validation shape is not run with it).
 var examplePolicy = "examples/gpuguard.yaml"
 
-// runFit runs s under the one-step policy verb until it fits.
-func runFit(verb string, starts bool, s fitShape) fitResult {
+// runFit runs s under the one-step policy verb until it fits; starts: the
+// policy is told the phases' starts; probe: the failure's place.
+func runFit(verb string, starts, probe bool, s fitShape) fitResult {
 	extra := ""
 	if verb == "fit" && s.quadratic {
 		extra = "\n        scaling: quadratic"
@@ -278,7 +293,7 @@ func runFit(verb string, starts bool, s fitShape) fitResult {
 	var r fitResult
 	for n := 1; ; n++ {
 		value := atoi(st.Values["batch_size"])
-		v, st0, peaks, fits := s.attempt(value)
+		v, st0, peaks, block, fits := s.attempt(value)
 		r.relaunches, r.value = n-1, value
 		if fits {
 			r.fit = true
@@ -287,6 +302,9 @@ func runFit(verb string, starts bool, s fitShape) fitResult {
 		out := policy.Outcome{Verdict: v, Exit: classify.Exit{Code: 1}, Attempt: n, Rand: 0.5, Peaks: peaks}
 		if starts {
 			out.Starts = st0
+		}
+		if probe {
+			out.Block = block
 		}
 		d := pol.Decide(st, out)
 		if d.Verb != policy.Relaunch {
@@ -315,7 +333,7 @@ func fitTable(w io.Writer, verbose bool) {
 			if m.verb == "example" && s.valPerUnit > 0 {
 				continue
 			}
-			results[i] = runFit(m.verb, m.starts, s)
+			results[i] = runFit(m.verb, m.starts, m.probe, s)
 		}
 		halve := results[len(results)-1]
 		for i, m := range fitMethods {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func TestExamplePolicyOnShapes(t *testing.T) {
 func TestFitAgainstHalving(t *testing.T) {
 	var fitSum, halveSum int
 	for _, s := range fitShapes {
-		f, h := runFit("fit", true, s), runFit("halve", false, s)
+		f, h := runFit("fit", true, false, s), runFit("halve", false, false, s)
 		if !f.fit || !h.fit {
 			t.Errorf("%s: fit %v (%s), halve %v (%s)", s.name, f.fit, f.why, h.fit, h.why)
 			continue
@@ -83,6 +84,37 @@ func TestFitAgainstHalving(t *testing.T) {
 	}
 }
 
+// fit told the failing layer's place, as the torch probe reports it: on no
+// shape more relaunches than halving, fewer over all the shapes, never above
+// the largest value that fits, and where the failure is a layer of a
+// forward with grad, the decision says which block it used.
+func TestFitWithTheProbe(t *testing.T) {
+	var fitSum, halveSum int
+	for _, s := range fitShapes {
+		f, h := runFit("fit", true, true, s), runFit("halve", false, false, s)
+		if !f.fit || !h.fit {
+			t.Errorf("%s: fit %v (%s), halve %v (%s)", s.name, f.fit, f.why, h.fit, h.why)
+			continue
+		}
+		fitSum += f.relaunches
+		halveSum += h.relaunches
+		if f.relaunches > h.relaunches {
+			t.Errorf("%s: fit with the probe %d relaunches to %d, halving %d to %d", s.name, f.relaunches, f.value, h.relaunches, h.value)
+		}
+		if feas := s.feasible(); f.value > feas {
+			t.Errorf("%s: fit with the probe ends at %d, above the feasible %d", s.name, f.value, feas)
+		}
+		_, _, _, block, _ := s.attempt(s.value)
+		inForward := block != nil && !block.Backward && !block.NoGrad
+		if inForward && (len(f.decisions) == 0 || !strings.Contains(f.decisions[0], fmt.Sprintf("block %d of %d in forward", block.Index+1, block.Of))) {
+			t.Errorf("%s: failed at block %d of %d in forward, and the decision does not say so: %q", s.name, block.Index+1, block.Of, f.decisions)
+		}
+	}
+	if fitSum >= halveSum {
+		t.Errorf("fit with the probe %d relaunches over the shapes, halving %d: want fewer", fitSum, halveSum)
+	}
+}
+
 // The simulated job is PyTorch-like where the comparison depends on it: a
 // fresh start allocates the optimizer states at its first step (so the
 // phase's start does not hold them), a resumed one holds them from the
@@ -90,7 +122,7 @@ func TestFitAgainstHalving(t *testing.T) {
 // has a large last allocation.
 func TestFitShapesFailLikePyTorch(t *testing.T) {
 	fresh, resumed := fitShapes[0], fitShapes[1]
-	v, starts, _, fits := fresh.attempt(fresh.value)
+	v, starts, _, _, fits := fresh.attempt(fresh.value)
 	if fits || v.OOM == nil || *v.Step != 2 {
 		t.Fatalf("%s: want a failure at step 2 (after the optimizer states appear), got %+v", fresh.name, v)
 	}
@@ -100,7 +132,7 @@ func TestFitShapesFailLikePyTorch(t *testing.T) {
 	if req, want := *v.OOM.RequestedBytes, int64(float64(fresh.value)*fresh.perUnit/float64(fresh.layers)); req != want {
 		t.Errorf("%s: request %d, want one layer's activations (%d)", fresh.name, req, want)
 	}
-	_, starts, _, _ = resumed.attempt(resumed.value)
+	_, starts, _, _, _ = resumed.attempt(resumed.value)
 	if got, want := starts[classify.PhaseTrain]*resumed.capacity, resumed.ctx+resumed.w+resumed.opt; got != want {
 		t.Errorf("%s: train started with %.0f in use, want the optimizer states too (%.0f)", resumed.name, got, want)
 	}

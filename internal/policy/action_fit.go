@@ -155,6 +155,19 @@ func (p *Policy) fitSeen(vals Values, out *Outcome) (FitSeen, bool) {
 //     the knob drives, as a blind retry would, unless even the bound is
 //     lower. (Reading the series as half seen, or the bound as the
 //     estimate, was measured worse: docs/performance.md.)
+//   - When the torch probe saw the failure in a forward with grad, at
+//     block k (0-based) of L repeated blocks (Outcome.Block), the forward
+//     keeps each block's activations for the backward pass, so the growth
+//     seen covers about (k+1)/L of the forward's: the step's growth is
+//     taken as seen·L/(k+1) (the end of the forward is the step's peak:
+//     backward frees activations as it makes gradients), and the estimate
+//     is the value whose fixed part + growth stays under the ceiling less
+//     the headroom. It is never above the bound (all seen counted as all
+//     that grows), and anything in the growth seen that does not grow with
+//     the knob (optimizer states made after the phase began) is scaled up
+//     with it, which errs towards the smaller value. In backward, or in a
+//     forward without grad (whose blocks free what the one before held),
+//     the position says nothing of what is to come.
 //   - Earlier attempts of the run that failed in the same phase at other
 //     values (State.Seen) each give a line through (0, F) and (value,
 //     need): fit keeps the steepest, and the largest fixed part.
@@ -188,6 +201,12 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	seen := need - fixed
 	series := f.req < seen/2
 	slope := seen / units
+	bound := a.root((ceiling - fixed) / slope)
+	b := out.Block
+	blocks := series && b != nil && !b.Backward && !b.NoGrad && b.Of >= 2 && b.Index >= 0 && b.Index < b.Of
+	if blocks {
+		slope = seen * float64(b.Of) / float64(b.Index+1) / units
+	}
 	figures := fmt.Sprintf("%s needed at least %s (%s + the %s request), over %s; %s of it in use when %s began (fixed), %s grew with %s",
 		val, humanize.Size(int64(need)), used, humanize.Size(int64(f.req)), under,
 		humanize.Size(int64(fixed)), phaseName(out.Verdict.Phase), humanize.Size(int64(seen)), a.knob)
@@ -207,6 +226,11 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	}
 	next := a.root((ceiling - fixed) / slope)
 	figures += fmt.Sprintf("; ~%s %s", humanize.Bytes(uint64(slope)), per)
+	if blocks {
+		next = math.Min(next, bound)
+		return next, figures + fmt.Sprintf("; block %d of %d in forward: what grew so far is about %d/%d of the forward's activations, so the step grows by ~%s: taking %s, the largest whose estimate stays under the ceiling (at most %s counting only what was seen)",
+			b.Index+1, b.Of, b.Index+1, b.Of, humanize.Size(int64(seen*float64(b.Of)/float64(b.Index+1))), formatNumber(math.Floor(next+1e-9), true), formatNumber(math.Floor(bound+1e-9), true)), ""
+	}
 	if !series {
 		return next, figures + fmt.Sprintf("; the failing request is most of that growth, so the step's growth is known: taking %s, the largest whose estimate stays under the ceiling", formatNumber(math.Floor(next), true)), ""
 	}

@@ -166,3 +166,53 @@ func TestDocsQuoteAFitDecision(t *testing.T) {
 		t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", d.Describe())
 	}
 }
+
+// withBlock is o with the torch probe's place of the failure.
+func withBlock(o Outcome, index, of int, backward, noGrad bool) Outcome {
+	o.Block = &OOMBlock{Index: index, Of: of, Backward: backward, NoGrad: noGrad}
+	return o
+}
+
+// With the failing block's place, a series seen in part is read as the
+// fraction of the forward it is: 80 GiB, 20 in use when train began, a 4
+// GiB layer failing with 4 free: 60 GiB grew at 64.
+func TestFitWithBlock(t *testing.T) {
+	series := withStart(oomFigures(80, 4, 4), 0.25)
+	for _, tc := range []struct {
+		name string
+		out  Outcome
+		want string
+	}{
+		// Block 24 of 32: 60 GiB is 24/32 of the forward's, 80 GiB at 64,
+		// 1.25 GiB per sample: (72 − 20) / 1.25 = 41.6.
+		{"three quarters through the forward", withBlock(series, 23, 32, false, false),
+			"a 64→41; fit: 64 needed at least 80.00 GiB (in use + the 4.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~1.25 GiB per unit; block 24 of 32 in forward: what grew so far is about 24/32 of the forward's activations, so the step grows by ~80.00 GiB: taking 41, the largest whose estimate stays under the ceiling (at most 55 counting only what was seen); relaunching"},
+		// Block 8 of 32: 240 GiB at 64, 3.75 per sample: 52 / 3.75 = 13.9,
+		// below half.
+		{"early in the forward: below half", withBlock(series, 7, 32, false, false),
+			"a 64→13; fit: 64 needed at least 80.00 GiB"},
+		// The last block: all of the forward was seen, the bound.
+		{"the last block: the bound", withBlock(series, 31, 32, false, false),
+			"a 64→55; fit: 64 needed at least 80.00 GiB (in use + the 4.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; block 32 of 32 in forward"},
+		{"backward: half, as without the place", withBlock(series, 23, 32, true, false),
+			"a 64→32; fit: 64 needed at least 80.00 GiB (in use + the 4.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; the 4.00 GiB request is one of several"},
+		{"a forward without grad: half", withBlock(series, 23, 32, false, true),
+			"a 64→32; fit: 64 needed at least 80.00 GiB (in use + the 4.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; the 4.00 GiB request is one of several"},
+		{"a nonsense place: half", withBlock(series, 32, 32, false, false), "a 64→32; fit:"},
+		// One large request is the step's growth whatever its place.
+		{"one large request: the growth is known", withBlock(withStart(oomFigures(80, 40, 40), 0.25), 3, 32, false, false),
+			"a 64→55; fit: 64 needed at least 80.00 GiB (in use + the 40.00 GiB request), over the 72.00 GiB ceiling (80.00 GiB less 10% headroom); 20.00 GiB of it in use when train began (fixed), 60.00 GiB grew with a; ~960 MiB per unit; the failing request is most of that growth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := actionPolicy(t, "fit: a")
+			d := p.Decide(NewState(Values{"a": Text("64")}), tc.out)
+			if d.Verb != Relaunch {
+				t.Fatalf("%s: %s", d.Verb, d.Reason)
+			}
+			got := strings.TrimPrefix(d.Describe(), "rule r step 1: ")
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("Describe\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}

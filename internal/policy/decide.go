@@ -38,6 +38,9 @@ type Outcome struct {
 	// sample, about the phase's fixed part (weights, CUDA context, optimizer
 	// states once made); a missing phase or 0 means unknown. fit reads it.
 	Starts map[classify.Phase]float64
+	// Block is where in the model the out-of-memory error struck, as the
+	// torch probe saw it (nil: unknown, or no probe). fit reads it.
+	Block *OOMBlock
 	// seen: the run's earlier figures (State.Seen), for fit; Decide sets it.
 	seen []FitSeen
 	// Terminated: gpuguard itself received a terminating signal (Slurm
@@ -54,6 +57,17 @@ type Outcome struct {
 	// Rand is a uniform random number in [0,1) for the backoff's jitter.
 	// The supervisor draws it; the policy reads no randomness of its own.
 	Rand float64
+}
+
+// OOMBlock is the failing module's place among the model's repeated blocks
+// (model.layers.17 of 32; torchvision's stages counted as one sequence):
+// block Index (0-based) of Of, in the backward pass (activation
+// checkpointing's recomputation included) or the forward, and whether that
+// forward ran without grad (validation: no activations kept for backward).
+type OOMBlock struct {
+	Index, Of int
+	Backward  bool
+	NoGrad    bool
 }
 
 // State is what a run remembers between attempts, and what state.json

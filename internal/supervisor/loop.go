@@ -111,6 +111,9 @@ type attemptRow struct {
 	peakTrain, peakVal float64
 	// Fraction in use at each phase's first sample (0: unknown).
 	startTrain, startVal float64
+	// block: where in the model the OOM struck, from the torch probe (nil:
+	// unknown).
+	block *policy.OOMBlock
 	// stoppedBy is the stop signal gpuguard received while the attempt ran
 	// (Ctrl-C, kill, Slurm's end of the time limit), 0 if none.
 	stoppedBy syscall.Signal
@@ -270,7 +273,7 @@ func (l *loop) attempts() int {
 		// Group hook (supervisor/group.go): a member applies the leader's
 		// decision; the leader decides from the first failure of the group.
 		exit := classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs}
-		peaks, starts, rejections := row.peaks(), row.starts(), row.rejections
+		peaks, starts, rejections, block := row.peaks(), row.starts(), row.rejections, row.block
 		groupFailed := false
 		var from *group.Report
 		var reports []group.Report
@@ -295,6 +298,7 @@ func (l *loop) attempts() int {
 			if failed {
 				from = &first
 				v, exit, peaks, starts, rejections = first.Verdict, first.Exit, first.Peaks, first.Starts, first.Rejections
+				block = nil // a member's report does not carry it
 				if res.Code == 0 {
 					res.Code = first.Exit.Code
 				}
@@ -330,6 +334,7 @@ func (l *loop) attempts() int {
 			StartStep:  startStep,
 			Peaks:      peaks,
 			Starts:     starts,
+			Block:      block,
 			Rejections: rejections,
 			Terminated: terminated,
 			SlurmMem:   l.slurmMem(),

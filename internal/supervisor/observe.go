@@ -195,6 +195,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 			rd.Write(record.Memory{Attempt: n, Summary: summary})
 			row.peakTrain, row.peakVal = summary.PeakFraction(classify.PhaseTrain), summary.PeakFraction(classify.PhaseVal)
 			row.startTrain, row.startVal = summary.StartFraction(classify.PhaseTrain), summary.StartFraction(classify.PhaseVal)
+			row.block = oomBlock(end.Site, verdict.Phase)
 			l.state.History = append(l.state.History, rundir.AttemptState{
 				Attempt: n, ExitCode: r.Code, Kind: verdict.Kind, Phase: verdict.Phase, LastStep: verdict.Step, Memory: summary,
 			})

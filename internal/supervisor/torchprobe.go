@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/torchprobe"
@@ -103,7 +104,10 @@ func (w *probeWatch) record(r torchprobe.Record) {
 	case torchprobe.KindOOM:
 		site := &record.ProbeSite{
 			Module: r.Module, Pass: r.Pass, Phase: classify.Phase(r.Phase), Step: r.Step, Shapes: string(r.Shapes),
-			PID: r.PID, Rank: r.Rank, ErrorType: r.ErrorType, Error: r.Error, Snapshot: r.Snapshot,
+			PID: r.PID, Rank: r.Rank, ErrorType: r.ErrorType, Error: r.Error, Snapshot: r.Snapshot, Grad: r.Grad,
+		}
+		if r.Block != nil {
+			site.Block = &record.ProbeBlock{Container: r.Block.Container, Index: r.Block.Index, Of: r.Block.Of}
 		}
 		ev.Site = site
 		w.mu.Lock()
@@ -139,6 +143,9 @@ func describeSite(s *record.ProbeSite, m *torchprobe.Memory) string {
 	if s.Shapes != "" && s.Shapes != "[]" {
 		msg += ", inputs " + s.Shapes
 	}
+	if s.Block != nil {
+		msg += ", block " + strconv.Itoa(s.Block.Index+1) + " of " + strconv.Itoa(s.Block.Of) + " in " + s.Block.Container
+	}
 	if s.Rank != nil {
 		msg += ", rank " + strconv.Itoa(*s.Rank)
 	}
@@ -147,4 +154,17 @@ func describeSite(s *record.ProbeSite, m *torchprobe.Memory) string {
 		msg += "; CUDA allocated " + humanize.Bytes(uint64(m.CUDAAllocated)) + ", reserved " + humanize.Bytes(uint64(m.CUDAReserved))
 	}
 	return msg
+}
+
+// oomBlock is what fit is told of site: the failing block's place, when the
+// probe saw one in the phase the verdict names (nil otherwise).
+func oomBlock(site *record.ProbeSite, phase classify.Phase) *policy.OOMBlock {
+	if site == nil || site.Block == nil || (site.Phase != "" && site.Phase != phase) {
+		return nil
+	}
+	return &policy.OOMBlock{
+		Index: site.Block.Index, Of: site.Block.Of,
+		Backward: site.Pass != "forward",
+		NoGrad:   site.Grad != nil && !*site.Grad,
+	}
 }

@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"bytes"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/torchprobe"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // Without --probe nothing of the probe is in the plan; with it the probe's
@@ -61,5 +64,49 @@ func TestProbePhaseDrivesTheSampler(t *testing.T) {
 	}
 	if !w.drivesPhase() {
 		t.Error("the probe's phases do not drive the sampler")
+	}
+}
+
+// The probe's place of an OOM (its block among the model's repeated blocks,
+// its pass, whether grad was on) goes into the attempt's site and from
+// there to fit, when the site is of the phase the verdict names.
+func TestProbeBlockReachesThePolicy(t *testing.T) {
+	rd, err := createRunDir(filepath.Join(t.TempDir(), "run"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var errb bytes.Buffer
+	w := &probeWatch{n: 1, rd: rd, sampler: memory.NewSampler(memory.SamplerConfig{}), status: newStatus(io.Discard, &errb)}
+	yes, no := true, false
+	w.record(torchprobe.Record{Kind: torchprobe.KindOOM, Phase: "train", Step: 2, Pass: "forward", Module: "LLM.layers.5.mlp.2",
+		Grad: &yes, Block: &torchprobe.Block{Container: "layers", Index: 5, Of: 8}})
+	site := w.oomSite()
+	if site == nil || site.Block == nil || *site.Block != (record.ProbeBlock{Container: "layers", Index: 5, Of: 8}) || site.Grad == nil || !*site.Grad {
+		t.Fatalf("site %+v", site)
+	}
+	if !strings.Contains(errb.String(), "torch probe: out of memory in the forward of LLM.layers.5.mlp.2 (train, step 2, block 6 of 8 in layers)\n") {
+		t.Errorf("status lines %q", errb.String())
+	}
+	if b := oomBlock(site, classify.PhaseTrain); b == nil || *b != (policy.OOMBlock{Index: 5, Of: 8}) {
+		t.Errorf("train: %+v", b)
+	}
+	if b := oomBlock(site, classify.PhaseVal); b != nil {
+		t.Errorf("a site of another phase than the verdict's: %+v", b)
+	}
+	back := *site
+	back.Pass, back.Grad = "backward", &yes
+	if b := oomBlock(&back, classify.PhaseTrain); b == nil || !b.Backward {
+		t.Errorf("backward: %+v", b)
+	}
+	val := *site
+	val.Phase, val.Grad = "val", &no
+	if b := oomBlock(&val, classify.PhaseVal); b == nil || !b.NoGrad || b.Backward {
+		t.Errorf("no grad: %+v", b)
+	}
+	flat := *site
+	flat.Block = nil
+	if b := oomBlock(&flat, classify.PhaseTrain); b != nil || oomBlock(nil, classify.PhaseTrain) != nil {
+		t.Errorf("no block: %+v", b)
 	}
 }

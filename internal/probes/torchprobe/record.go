@@ -30,9 +30,23 @@ type Record struct {
 	ErrorType string          `json:"error_type,omitempty"`
 	Error     string          `json:"error,omitempty"`    // oom: its first line; error: the probe's failure
 	Snapshot  string          `json:"snapshot,omitempty"` // oom: the CUDA allocator snapshot
+	Grad      *bool           `json:"grad,omitempty"`     // oom: the outermost forward ran with grad on (nil: not said)
+	Block     *Block          `json:"block,omitempty"`    // oom: the failing block's place among the model's repeated blocks
 	Where     string          `json:"where,omitempty"`    // error: where in the probe
 
 	Torch string `json:"torch,omitempty"` // start
+}
+
+// Block is where the failing module sits among the model's repeated blocks
+// (a forward's out-of-memory error inside model.layers.17 of 32): block
+// Index (0-based) of Of in Container, a ModuleList or Sequential (the one
+// with the most elements on the module's path), or its sibling sequences of
+// the same block type counted as one ("layer1..layer4": torchvision's
+// ResNet stages).
+type Block struct {
+	Container string `json:"container"`
+	Index     int    `json:"index"`
+	Of        int    `json:"of"`
 }
 
 // Memory is a process's memory as the probe read it.

@@ -295,3 +295,39 @@ func TestRanks(t *testing.T) {
 		t.Fatalf("phases by rank %v", seen)
 	}
 }
+
+// The failing block's place among the model's repeated blocks, with real
+// modules and a real CPU allocator failure: a ModuleList of decoder layers
+// (its own small Sequentials ignored), torchvision-style stages counted as
+// one sequence, none for a model without repeated blocks; grad tells a
+// validation forward; a failure in activation checkpointing's recomputation
+// is the backward pass, reported once, with no block.
+func TestOOMBlock(t *testing.T) {
+	needTorch(t)
+	for _, c := range []struct {
+		shape, where, module, pass string
+		grad                       bool
+		block                      *Block
+	}{
+		{"llm", "forward", "LLM.layers.5.mlp.2", "forward", true, &Block{"layers", 5, 8}},
+		{"llm", "nograd", "LLM.layers.5.mlp.2", "forward", false, &Block{"layers", 5, 8}},
+		{"resnet", "forward", "ResNet.layer3.2.boom", "forward", true, &Block{"layer1..layer4", 9, 16}},
+		{"flat", "forward", "Flat.boom", "forward", true, nil},
+		{"llm", "recompute", "Layer.mlp.2", "backward", true, nil},
+	} {
+		j := runScript(t, "blocks.py", true, "SHAPE="+c.shape, "WHERE="+c.where)
+		ooms := j.of(KindOOM)
+		if j.code != 1 || len(ooms) != 1 {
+			j.dump(t)
+			t.Fatalf("%s %s: exit %d with %d oom records, want 1 and 1", c.shape, c.where, j.code, len(ooms))
+		}
+		o := ooms[0]
+		ok := o.Module == c.module && o.Pass == c.pass && o.Grad != nil && *o.Grad == c.grad &&
+			(o.Block == nil) == (c.block == nil) && (c.block == nil || *o.Block == *c.block)
+		if !ok {
+			j.dump(t)
+			t.Fatalf("%s %s: oom record module %q pass %q grad %v block %+v; want %q %q %v %+v",
+				c.shape, c.where, o.Module, o.Pass, o.Grad, o.Block, c.module, c.pass, c.grad, c.block)
+		}
+	}
+}

@@ -58,6 +58,18 @@ type ProbeSite struct {
 	ErrorType string         `json:"error_type,omitempty"`
 	Error     string         `json:"error,omitempty"`    // the error's first line
 	Snapshot  string         `json:"snapshot,omitempty"` // the CUDA allocator snapshot file
+	// Grad: the outermost forward ran with grad on (nil: not said).
+	Grad *bool `json:"grad,omitempty"`
+	// Block: the failing module's place among the model's repeated blocks.
+	Block *ProbeBlock `json:"block,omitempty"`
+}
+
+// ProbeBlock is block Index (0-based) of Of in Container (model.layers;
+// layer1..layer4 for sibling stages counted as one sequence).
+type ProbeBlock struct {
+	Container string `json:"container"`
+	Index     int    `json:"index"`
+	Of        int    `json:"of"`
 }
 
 func (Probe) EventType() string { return "probe" }

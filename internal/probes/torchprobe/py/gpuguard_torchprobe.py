@@ -15,7 +15,8 @@ the job has initialised it).
 
 Records ("t"): phase (train/val, and how it was seen), step (at most one per
 interval, the first always), oom (the module path whose forward was running,
-the pass, phase, step, input shapes), error (the probe's own failure). Every
+the pass, phase, step, input shapes, whether grad was on, and the failing
+block's position in the model's repeated blocks), error (the probe's own failure). Every
 record has pid, rank, local_rank, time, step, phase; phase, step and oom
 records carry memory ("mem": host RSS, and CUDA allocator figures where
 CUDA is initialised).
@@ -51,14 +52,17 @@ _step = 0
 _last_step_write = 0.0
 _last_mem = 0.0
 _nograd_run = 0  # consecutive outermost forwards without grad
+_outer_grad = True  # whether the running outermost forward began with grad on
 _depth = 0  # Module.__call__ nesting
 _train_depth = 0  # Module.train nesting
 _exc_id = 0  # the exception being followed out of nested forwards
 _exc_chain = []  # modules it left, innermost first
 _exc_shapes = None
+_reported = 0  # id of the exception a recomputation reported, until its backward ends
 _roots = None  # weakref.WeakSet of modules called outermost
 _opt_steps = None  # weakref.WeakKeyDictionary optimizer -> steps
 _history = False  # CUDA memory history recording switched on
+_backward = 0  # autograd.backward calls running (a forward inside one is a recomputation)
 _pagesize = 4096
 
 
@@ -348,12 +352,13 @@ def _patch_module(Module):
 
 def _outermost(module):
     """An outermost forward: its module is a root; grad mode tells the phase."""
-    global _nograd_run, _exc_chain
+    global _nograd_run, _exc_chain, _outer_grad
     try:
         _maybe_fail("forward")
         _exc_chain = []  # whatever was followed has ended
         _roots.add(module)
-        if _torch.is_grad_enabled():
+        _outer_grad = bool(_torch.is_grad_enabled())
+        if _outer_grad:
             _nograd_run = 0
             if module.training:
                 _set_phase("train", "forward with grad")
@@ -401,7 +406,7 @@ def _shapes(args, kwargs):
 
 def _left(module, args, kwargs, e, depth):
     """An exception leaves module's forward (innermost first)."""
-    global _exc_id, _exc_chain, _exc_shapes
+    global _exc_id, _exc_chain, _exc_shapes, _reported
     try:
         if id(e) != _exc_id or not _exc_chain:
             if not _is_oom(e):
@@ -411,7 +416,20 @@ def _left(module, args, kwargs, e, depth):
         if depth == 0:
             chain, shapes = _exc_chain, _exc_shapes
             _exc_id, _exc_chain, _exc_shapes = 0, [], None
-            _report_oom(e, "forward", _path(chain), shapes)
+            extra = {"grad": _outer_grad}
+            block = _block(chain)
+            if block:
+                extra["block"] = block
+            # A forward run by autograd (activation checkpointing's
+            # recomputation) is part of the backward pass.
+            pass_ = "forward"
+            if _backward > 0:
+                # The recomputation's outermost module is the block itself:
+                # its path says nothing of the model's blocks.
+                pass_ = "backward"
+                extra.pop("block", None)
+                _reported = id(e)  # the backward wrapper's own report would repeat it
+            _report_oom(e, pass_, _path(chain), shapes, extra)
     except Exception as err:
         _failed("oom", err)
 
@@ -432,9 +450,64 @@ def _path(chain):
     return ".".join(parts)
 
 
-def _report_oom(e, pass_, module, shapes):
-    if not _ready():
-        return
+def _block(chain):
+    """Where the failing module sits in the model's repeated blocks:
+    {"container", "index", "of"}, or None.
+
+    Every numeric step of the failing module's path (model.layers.17.mlp,
+    encoder.layer.5, blocks.11, layer3.2) is an element of a ModuleList or a
+    Sequential; the one with the most elements is taken (the outermost on a
+    tie): the stack of a transformer's layers rather than a block's own
+    small Sequential. Its siblings in the same parent that hold blocks of
+    the same type (torchvision ResNet's layer1 to layer4) count as one
+    sequence in registration order, so layer3.2 of [3, 4, 6, 3] is block 9
+    of 16. The container is named by its path; for a sequence of siblings,
+    by the first and last ("layer1..layer4").
+    """
+    root = chain[-1]
+    names = []
+    for i in range(len(chain) - 1, 0, -1):
+        parent, child = chain[i], chain[i - 1]
+        if child is parent:
+            continue
+        name = None
+        for n, m in parent.named_modules():
+            if m is child:
+                name = n
+                break
+        if not name:
+            return None
+        names.append(name)
+    segs = ".".join(names).split(".") if names else []
+    seqs = (_torch.nn.ModuleList, _torch.nn.Sequential)
+    best = None
+    for i, seg in enumerate(segs):
+        if not seg.isdigit():
+            continue
+        try:
+            cont = root.get_submodule(".".join(segs[:i]))
+        except Exception:
+            return None
+        if isinstance(cont, seqs) and len(cont) >= 2 and (best is None or len(cont) > best[2]):
+            best = (i, int(seg), len(cont), cont)
+    if best is None:
+        return None
+    i, index, of, cont = best
+    if i == 0:
+        return {"container": type(root).__name__, "index": index, "of": of}
+    parent = root.get_submodule(".".join(segs[: i - 1]))
+    kind = type(cont[0])
+    same = [(n, c) for n, c in parent.named_children() if isinstance(c, seqs) and len(c) > 0 and type(c[0]) is kind]
+    before = 0
+    for n, c in same:
+        if c is cont:
+            break
+        before += len(c)
+    name = same[0][0] if len(same) == 1 else same[0][0] + ".." + same[-1][0]
+    return {"container": ".".join(segs[: i - 1] + [name]), "index": before + index, "of": sum(len(c) for _, c in same)}
+
+
+def _report_oom(e, pass_, module, shapes, extra=None):
     first = str(e).strip().splitlines()
     rec = {
         "pass": pass_,
@@ -444,6 +517,8 @@ def _report_oom(e, pass_, module, shapes):
         "error": (first[0] if first else "")[:500],
         "mem": _memory(),
     }
+    if extra:
+        rec.update(extra)
     snap = _snapshot()
     if snap:
         rec["snapshot"] = snap
@@ -547,17 +622,23 @@ def _patch_backward(autograd):
     orig = autograd.backward
 
     def backward(*args, **kwargs):
+        global _backward, _reported
+        _backward += 1
         try:
             return orig(*args, **kwargs)
         except BaseException as e:
             if _on:
                 try:
-                    if _is_oom(e):
-                        _report_oom(e, "backward", "", [])
+                    if _is_oom(e) and id(e) != _reported:
+                        _report_oom(e, "backward", "", [], {"grad": True})
                 except Exception as err:
                     _failed("oom", err)
             _hide(e)
             raise
+        finally:
+            _backward -= 1
+            if _backward == 0:
+                _reported = 0
 
     backward.__wrapped__ = orig
     backward.__doc__ = orig.__doc__
