@@ -74,6 +74,7 @@ type Report struct {
 	Peaks          map[classify.Phase]float64 `json:"peaks,omitempty"`
 	Starts         map[classify.Phase]float64 `json:"starts,omitempty"` // memory in use when each phase began, as a fraction of the GPU (fit's fixed part)
 	Rejections     []string                   `json:"rejections,omitempty"`
+	Block          *policy.OOMBlock           `json:"block,omitempty"` // where in the model the OOM struck (the torch probe)
 	StartStep      *int64                     `json:"start_step,omitempty"`
 	Terminated     bool                       `json:"terminated,omitempty"`
 }

@@ -273,7 +273,7 @@ func (l *loop) groupReport(n int, row attemptRow, v classify.Verdict, res attemp
 	return group.Report{
 		Rank: l.grp.spec.Rank, Host: l.grp.spec.Host, Attempt: n, Verdict: v,
 		Exit:     classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
-		FailedAt: row.failedAt, StoppedForPeer: row.stoppedForPeer, Peaks: row.peaks(), Starts: row.starts(),
+		FailedAt: row.failedAt, StoppedForPeer: row.stoppedForPeer, Peaks: row.peaks(), Starts: row.starts(), Block: row.block,
 		Rejections: row.rejections, StartStep: startStep, Terminated: terminated,
 	}
 }

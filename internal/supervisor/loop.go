@@ -297,8 +297,7 @@ func (l *loop) attempts() int {
 			groupFailed, reports = failed, reps
 			if failed {
 				from = &first
-				v, exit, peaks, starts, rejections = first.Verdict, first.Exit, first.Peaks, first.Starts, first.Rejections
-				block = nil // a member's report does not carry it
+				v, exit, peaks, starts, rejections, block = first.Verdict, first.Exit, first.Peaks, first.Starts, first.Rejections, first.Block
 				if res.Code == 0 {
 					res.Code = first.Exit.Code
 				}
