@@ -188,12 +188,7 @@ start_slurm() {
         log "slurmd already running (pid $pid)"
     else
         ! port_busy "$SLURMD_PORT" || die "port $SLURMD_PORT is taken by another program (a system slurmd?); set LOCAL_SLURM_SLURMD_PORT"
-        rm -f "$DIR/run/slurmd.pid"
-        slurmd -f "$CONF" -N "$NODE" < /dev/null >> "$DIR/log/slurmd.stderr" 2>&1 9>&- \
-            || { show_log_tail "$DIR/log/slurmd.stderr" "$DIR/log/slurmd.log"; die "slurmd failed to start"; }
-        pid=$(wait_for_pidfile slurmd) \
-            || { show_log_tail "$DIR/log/slurmd.stderr" "$DIR/log/slurmd.log"; die "slurmd did not come up"; }
-        record_pid slurmd "$pid"
+        start_daemon slurmd slurmd -f "$CONF" -N "$NODE"
         log "slurmd started (pid $pid)"
     fi
 

@@ -125,6 +125,20 @@ stop_pid() {   # name pid: SIGTERM, wait, SIGKILL as a last resort (only our own
     sleep 0.5
 }
 
+# start_daemon NAME CMD...: run CMD, a daemon that detaches and writes $DIR/run/NAME.pid (its
+# output goes to $DIR/log/NAME.stderr, its log is $DIR/log/NAME.log), wait until it is up and
+# record it; sets pid (the caller's local)
+start_daemon() {
+    local name=$1
+    shift
+    rm -f "$DIR/run/$name.pid"
+    "$@" < /dev/null >> "$DIR/log/$name.stderr" 2>&1 9>&- \
+        || { show_log_tail "$DIR/log/$name.stderr" "$DIR/log/$name.log"; die "$name failed to start"; }
+    pid=$(wait_for_pidfile "$name") \
+        || { show_log_tail "$DIR/log/$name.stderr" "$DIR/log/$name.log"; die "$name did not come up"; }
+    record_pid "$name" "$pid"
+}
+
 port_busy() {  # port: true when something accepts TCP connections on 127.0.0.1:PORT
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
@@ -171,13 +185,9 @@ start_munged() {
         return 0
     fi
     if [ -n "$pid" ]; then log "munged (pid $pid) does not answer; restarting it"; stop_pid munged "$pid"; fi
-    rm -f "$DIR/run/munged.pid"
-    munged --key-file="$DIR/munge/munge.key" --socket="$SOCK" \
+    start_daemon munged munged --key-file="$DIR/munge/munge.key" --socket="$SOCK" \
         --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" \
-        --seed-file="$DIR/munge/munged.seed" < /dev/null 2>> "$DIR/log/munged.stderr" 9>&- \
-        || { show_log_tail "$DIR/log/munged.stderr" "$DIR/log/munged.log"; die "munged failed to start"; }
-    pid=$(wait_for_pidfile munged) || { show_log_tail "$DIR/log/munged.log"; die "munged did not come up"; }
-    record_pid munged "$pid"
+        --seed-file="$DIR/munge/munged.seed"
     for _ in $(seq 1 50); do if munge_ok; then ok=1; break; fi; sleep 0.1; done
     [ "$ok" = 1 ] || { show_log_tail "$DIR/log/munged.log"; die "munged (pid $pid) does not encode/decode credentials"; }
     log "munged started (pid $pid, socket $SOCK)"
@@ -282,12 +292,7 @@ start_slurmctld() {
         log "slurmctld already running (pid $pid)"
     else
         ! port_busy "$CTLD_PORT" || die "port $CTLD_PORT is taken by another program$1"
-        rm -f "$DIR/run/slurmctld.pid"
-        slurmctld -f "$CONF" < /dev/null >> "$DIR/log/slurmctld.stderr" 2>&1 9>&- \
-            || { show_log_tail "$DIR/log/slurmctld.stderr" "$DIR/log/slurmctld.log"; die "slurmctld failed to start"; }
-        pid=$(wait_for_pidfile slurmctld) \
-            || { show_log_tail "$DIR/log/slurmctld.stderr" "$DIR/log/slurmctld.log"; die "slurmctld did not come up"; }
-        record_pid slurmctld "$pid"
+        start_daemon slurmctld slurmctld -f "$CONF"
         log "slurmctld started (pid $pid${2:+, $2})"
     fi
     end=$(( $(date +%s) + TIMEOUT ))
