@@ -9,19 +9,17 @@ package slurm_test
 // run (as root, or with GPUGUARD_SLURM_CONF). See docs/slurm.md.
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 var benchBuild struct {
@@ -35,8 +33,8 @@ var benchBuild struct {
 // the benchmark when the Slurm tests skip.
 func benchGpuguard(b *testing.B) string {
 	b.Helper()
-	if cl.gg != "" {
-		return cl.gg
+	if cl.GG != "" {
+		return cl.GG
 	}
 	benchBuild.once.Do(func() {
 		benchBuild.dir, benchBuild.err = os.MkdirTemp("", "gg-bench-bin-")
@@ -44,14 +42,8 @@ func benchGpuguard(b *testing.B) string {
 			return
 		}
 		benchBuild.gg = filepath.Join(benchBuild.dir, "gpuguard")
-		goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goCmd); err != nil {
-			goCmd = "go"
-		}
-		build := exec.Command(goCmd, "build", "-o", benchBuild.gg, ".")
-		build.Dir = cl.root
-		if out, err := build.CombinedOutput(); err != nil {
-			benchBuild.err = fmt.Errorf("cannot build gpuguard for the benchmark: %v\n%s", err, out)
+		if err := slurmtest.Build(cl.Root, benchBuild.gg); err != nil {
+			benchBuild.err = fmt.Errorf("cannot build gpuguard for the benchmark: %v", err)
 		}
 	})
 	if benchBuild.err != nil {
@@ -94,8 +86,8 @@ func BenchmarkRelaunchLatency(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			if c.slurm && cl.skip != "" {
-				b.Skip(cl.skip)
+			if c.slurm && cl.Skip != "" {
+				b.Skip(cl.Skip)
 			}
 			gg := benchGpuguard(b)
 			var launch, up []float64
@@ -103,11 +95,11 @@ func BenchmarkRelaunchLatency(b *testing.B) {
 				l, u := relaunchOnce(b, gg, c)
 				launch, up = append(launch, l), append(up, u)
 			}
-			b.ReportMetric(median(launch), "ms-oom-to-launch")
+			b.ReportMetric(slurmtest.Median(launch), "ms-oom-to-launch")
 			b.ReportMetric(slices.Max(launch), "ms-oom-to-launch-max")
-			b.ReportMetric(median(up), "ms-oom-to-rank-up")
+			b.ReportMetric(slurmtest.Median(up), "ms-oom-to-rank-up")
 			b.Logf("%s: waits %s; OOM line to gpuguard's next launch: median %.0f ms (%s); to the first rank's first line: median %.0f ms",
-				c.name, c.waits, median(launch), msList(launch), median(up))
+				c.name, c.waits, slurmtest.Median(launch), slurmtest.MsList(launch), slurmtest.Median(up))
 		})
 	}
 }
@@ -119,12 +111,9 @@ func BenchmarkRelaunchLatency(b *testing.B) {
 // of attempt 2 (a rank's Python is up).
 func relaunchOnce(b *testing.B, gg string, c relaunchCase) (launch, up float64) {
 	b.Helper()
-	dir := b.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	dir := slurmtest.JobDir(b)
 	for _, f := range []string{"ranks.py", "launch.py", "ranks.yaml"} {
-		copyFile(b, filepath.Join(cl.root, "slurm", "testdata", f), filepath.Join(dir, f))
+		slurmtest.CopyFile(b, filepath.Join(cl.Root, "slurm", "testdata", f), filepath.Join(dir, f))
 	}
 	args := append([]string{"run", "--policy", "ranks.yaml"}, c.flags...)
 	var runDir string
@@ -133,48 +122,40 @@ func relaunchOnce(b *testing.B, gg string, c relaunchCase) (launch, up float64) 
 		if err := os.WriteFile(filepath.Join(dir, "job.sh"), []byte(script), 0o755); err != nil {
 			b.Fatal(err)
 		}
-		out, err := slurmCommand(dir, "sbatch", "--parsable", "--wait", "job.sh").CombinedOutput()
+		out, err := cl.Command(dir, "sbatch", "--parsable", "--wait", "job.sh").CombinedOutput()
 		id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
 		if err != nil {
-			b.Fatalf("sbatch --wait job.sh: %v\n%s\n%s", err, out, tryRead(filepath.Join(dir, "job.out")))
+			b.Fatalf("sbatch --wait job.sh: %v\n%s\n%s", err, out, slurmtest.TryRead(filepath.Join(dir, "job.out")))
 		}
 		runDir = filepath.Join(dir, ".gpuguard", "runs", "slurm-"+id)
 	} else {
 		runDir = filepath.Join(dir, "run")
 		cmd := exec.Command(gg, append(append(args, "--run-dir", runDir, "--"), strings.Fields(c.argv)...)...)
 		cmd.Dir = dir
-		cmd.Env = append(append([]string(nil), cl.env...), c.env...)
-		if cl.env == nil {
+		cmd.Env = append(append([]string(nil), cl.Env...), c.env...)
+		if cl.Env == nil {
 			cmd.Env = append(os.Environ(), c.env...)
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("gpuguard run -- %s: %v\n%s", c.argv, err, out)
 		}
 	}
-	output := tryRead(filepath.Join(runDir, "output.log"))
-	oom := stamp(output, "rank 1 oom at ")
+	output := slurmtest.TryRead(filepath.Join(runDir, "output.log"))
+	oom := slurmtest.Stamp(output, "rank 1 oom at ")
 	i := strings.Index(output, "batch=32")
 	if oom == 0 || i < 0 {
 		b.Fatalf("no OOM line or no second attempt in %s:\n%s", runDir, output)
 	}
 	j := strings.LastIndex(output[:i], "launched at ")
-	upAt := stamp(output[j:], "launched at ")
+	upAt := slurmtest.Stamp(output[j:], "launched at ")
 	var started time.Time
-	f, err := os.Open(filepath.Join(runDir, "events.jsonl"))
+	evs, err := slurmtest.ReadEvents(runDir, "attempt_start")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var ev struct {
-			Time    time.Time `json:"time"`
-			Type    string    `json:"type"`
-			Attempt int       `json:"attempt"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == "attempt_start" && ev.Attempt == 2 {
-			started = ev.Time
+	for _, ev := range evs {
+		if ev["attempt"] == float64(2) {
+			started, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(ev["time"]))
 		}
 	}
 	if started.IsZero() {
@@ -182,27 +163,4 @@ func relaunchOnce(b *testing.B, gg string, c relaunchCase) (launch, up float64) 
 	}
 	at := float64(started.UnixNano()) / 1e9
 	return (at - oom) * 1000, (upAt - oom) * 1000
-}
-
-func tryRead(path string) string {
-	data, _ := os.ReadFile(path)
-	return string(data)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func msList(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.FormatFloat(x, 'f', 0, 64)
-	}
-	return strings.Join(parts, " ")
 }

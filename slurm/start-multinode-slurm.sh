@@ -49,9 +49,9 @@ set -euo pipefail
 umask 022
 
 PROG=start-multinode-slurm
-log()  { printf '[%s] %s\n' "$PROG" "$*" >&2; }
-die()  { printf '[%s] ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
-usage() { sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib/slurm-common.sh
+. "$HERE/lib/slurm-common.sh"
 
 FRESH=0
 INSTALL=1
@@ -68,7 +68,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-DIR=${MN_SLURM_DIR:-/var/tmp/gpuguard-mn-slurm}
+DIR=$(state_dir MN_SLURM_DIR /var/tmp/gpuguard-mn-slurm)
 PREFIX=${MN_SLURM_PREFIX:-ggmn}
 SUBNET=${MN_SLURM_SUBNET:-10.213.7.0/24}
 CGROUP_MODE=${MN_SLURM_CGROUP:-auto}
@@ -80,8 +80,6 @@ KILLWAIT=${MN_SLURM_KILLWAIT:-10}
 CRED_EXPIRE=${MN_SLURM_CRED_EXPIRE:-10}
 MIN_JOB_AGE=${MN_SLURM_MIN_JOB_AGE:-3600}
 
-case "$DIR" in /*) ;; *) die "MN_SLURM_DIR must be an absolute path (got '$DIR')" ;; esac
-DIR=${DIR%/}
 case "$NODES" in ''|*[!0-9]*) die "--nodes must be a number from 1 to 200 (got '$NODES')" ;; esac
 [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "--nodes must be a number from 1 to 200 (got '$NODES')"
 case "$PREFIX" in [a-z]*) ;; *) die "MN_SLURM_PREFIX must start with a lower-case letter (got '$PREFIX')" ;; esac
@@ -98,7 +96,6 @@ CONF=$DIR/etc/slurm.conf
 SOCK=$DIR/run/munge.socket
 RECORD=$DIR/run/started.pids   # "name pid" lines for every daemon this script started
 CREATED=$DIR/run/created       # "kind name" lines for everything made on the host, written BEFORE it is made
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BRIDGE=${PREFIX}br
 HOST_ADDR=$NET.1
 CTLD_NAME=${PREFIX}ctl
@@ -111,105 +108,18 @@ hveth_of() { echo "${PREFIX}h$1"; }     # host end of node K's veth pair (the no
 [ "$(uname -s)" = Linux ] || die "Linux only"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces; slurmd has to start jobs as their users); try: sudo bash $0"
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 T0=$(now)
 
 # ---------------------------------------------------------------------------------------------
 # 0. one start/stop at a time
-mkdir -p "$(dirname "$DIR")"
-exec 9>"$DIR.lock"
-flock -w 300 9 || die "another start/stop holds $DIR.lock for more than 300 s"
+lock_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # 1. packages (the same as start-local-slurm.sh, plus iproute2 and util-linux for the namespaces)
-need_cmds="slurmctld slurmd slurmstepd sinfo squeue sbatch srun scontrol scancel munged munge unmunge ip unshare nsenter flock"
-missing=""
-for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done
-if [ -n "$missing" ]; then
-    [ "$INSTALL" = 1 ] || die "missing commands:$missing (and --no-install given)"
-    command -v apt-get >/dev/null || die "missing commands:$missing and no apt-get to install them"
-    log "installing slurmctld slurmd slurm-client munge iproute2 util-linux (missing:$missing)"
-    mkdir -p "$DIR/log"
-    ti=$(now)
-    own_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d   # "do not start services"
-        chmod 755 /usr/sbin/policy-rc.d
-        own_policy=1
-    fi
-    apt_ok=1
-    {
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get -q -o DPkg::Lock::Timeout=300 update &&
-        apt-get -q -y -o DPkg::Lock::Timeout=300 -o Dpkg::Use-Pty=0 install --no-install-recommends \
-            slurmctld slurmd slurm-client munge iproute2 util-linux
-    } > "$DIR/log/apt.log" 2>&1 < /dev/null || apt_ok=0
-    [ "$own_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
-    if [ "$apt_ok" != 1 ]; then
-        tail -n 25 "$DIR/log/apt.log" >&2
-        die "package installation failed (full log: $DIR/log/apt.log)"
-    fi
-    for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || die "'$c' still missing after install"; done
-    log "packages installed in $(since "$ti") s"
-fi
-log "$(slurmctld -V 2>/dev/null || true), $(munged -V 2>/dev/null | head -n1 || true)"
+install_packages "slurmctld slurmd slurmstepd sinfo squeue sbatch srun scontrol scancel munged munge unmunge ip unshare nsenter flock" \
+    slurmctld slurmd slurm-client munge iproute2 util-linux
 
-# ---------------------------------------------------------------------------------------------
-# helpers for our own daemons (as in start-local-slurm.sh: only pid files in $DIR/run whose
-# process's command line names our state dir)
-
-our_pid() {   # name [pidfile-name]
-    local name=$1 pidfile=$DIR/run/${2:-$1}.pid pid cmd
-    [ -s "$pidfile" ] || return 0
-    pid=$(tr -dc '0-9' < "$pidfile")
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
-    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" || true)
-    case "$cmd" in *"$name"*"$DIR/"*) running "$pid" && echo "$pid" ;; esac
-    return 0
-}
-
-record_pid() { echo "$1 $2" >> "$RECORD"; }
 created() { echo "$1 $2" >> "$CREATED"; }   # before making it, so that a crash leaves a record
-
-wait_for_pidfile() {   # name [pidfile-name]
-    local end=$(( $(date +%s) + TIMEOUT )) pid
-    while [ "$(date +%s)" -lt "$end" ]; do
-        pid=$(our_pid "$@")
-        if [ -n "$pid" ]; then echo "$pid"; return 0; fi
-        sleep 0.1
-    done
-    return 1
-}
-
-running() {   # pid exists and is not a zombie (PID 1 here may reap exited daemons late)
-    local st
-    st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)
-    [ -n "$st" ] && [ "$st" != Z ]
-}
-
-stop_pid() {
-    local name=$1 pid=$2
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 1 200); do
-        running "$pid" || return 0
-        sleep 0.1
-    done
-    log "$name (pid $pid) ignored SIGTERM for 20 s; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 0.5
-}
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-show_log_tail() {
-    local f
-    for f in "$@"; do
-        [ -s "$f" ] || continue
-        log "---- last lines of $f"
-        tail -n 20 "$f" >&2
-    done
-}
 
 stop_slurm_daemons() {
     local p k
@@ -231,10 +141,8 @@ if [ "$FRESH" = 1 ] && [ -d "$DIR" ]; then
     flock -w 300 9 || die "could not re-take $DIR.lock"
 fi
 
-mkdir -p "$DIR"/etc "$DIR"/state "$DIR"/spool "$DIR"/log "$DIR"/run "$DIR"/munge
-chmod 755 "$DIR" "$DIR"/etc "$DIR"/state "$DIR"/spool "$DIR"/log "$DIR"/run
-chmod 700 "$DIR"/munge
-touch "$RECORD" "$CREATED"
+make_state_dirs
+touch "$CREATED"
 
 if [ -z "$(our_pid slurmctld)" ] && port_busy "$CTLD_PORT"; then
     die "port $CTLD_PORT is taken by another program (another cluster's slurmctld?); set MN_SLURM_CTLD_PORT"
@@ -294,34 +202,7 @@ log "network: bridge $BRIDGE $HOST_ADDR/24, nodes $(for k in $(seq 1 "$NODES"); 
 
 # ---------------------------------------------------------------------------------------------
 # 4. munge: private key, private socket (a file-system socket: reachable from every namespace)
-if [ ! -s "$DIR/munge/munge.key" ]; then
-    if command -v mungekey >/dev/null 2>&1; then
-        mungekey --create --keyfile="$DIR/munge/munge.key" --bits=1024 2>/dev/null \
-            || die "mungekey could not create $DIR/munge/munge.key"
-    else
-        dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1 count=1024 2>/dev/null \
-            || die "could not create $DIR/munge/munge.key"
-    fi
-    chmod 400 "$DIR/munge/munge.key"
-fi
-munge_ok() { munge -S "$SOCK" -n 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1; }
-pid=$(our_pid munged)
-if [ -n "$pid" ] && munge_ok; then
-    log "munged already running (pid $pid)"
-else
-    if [ -n "$pid" ]; then log "munged (pid $pid) does not answer; restarting it"; stop_pid munged "$pid"; fi
-    rm -f "$DIR/run/munged.pid"
-    munged --key-file="$DIR/munge/munge.key" --socket="$SOCK" \
-        --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" \
-        --seed-file="$DIR/munge/munged.seed" < /dev/null 2>> "$DIR/log/munged.stderr" 9>&- \
-        || { show_log_tail "$DIR/log/munged.stderr" "$DIR/log/munged.log"; die "munged failed to start"; }
-    pid=$(wait_for_pidfile munged) || { show_log_tail "$DIR/log/munged.log"; die "munged did not come up"; }
-    record_pid munged "$pid"
-    ok=0
-    for _ in $(seq 1 50); do if munge_ok; then ok=1; break; fi; sleep 0.1; done
-    [ "$ok" = 1 ] || { show_log_tail "$DIR/log/munged.log"; die "munged (pid $pid) does not encode/decode credentials"; }
-    log "munged started (pid $pid)"
-fi
+start_munged
 
 # ---------------------------------------------------------------------------------------------
 # 5. configuration
@@ -332,19 +213,8 @@ real_mem=$(printf '%s\n' "$hw" | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
 node_mem=$(( real_mem / NODES ))
 def_mem=$(( node_mem / CPUS ))
 
-cgroup_v1_usable() {
-    local c t
-    [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" != cgroup2fs ] || return 1
-    for c in memory freezer cpuset cpuacct; do
-        [ "$(stat -fc %T "/sys/fs/cgroup/$c" 2>/dev/null)" = cgroupfs ] || return 1
-    done
-    t=/sys/fs/cgroup/memory/mn-slurm-probe.$$
-    mkdir "$t" 2>/dev/null || return 1
-    rmdir "$t"
-}
-
 write_config() {   # $1 = cgroup | none; returns 0 if the configuration changed
-    local mode=$1 tmp=$CONF.new k nodes
+    local mode=$1 k nodes
     nodes="$(node_of 1)"
     [ "$NODES" -eq 1 ] || nodes="${PREFIX}n[1-$NODES]"
     {
@@ -356,51 +226,13 @@ write_config() {   # $1 = cgroup | none; returns 0 if the configuration changed
         echo "SlurmctldHost=localhost($HOST_ADDR)"
         echo "SlurmctldPort=$CTLD_PORT"
         echo "SlurmdPort=$SLURMD_PORT"
-        echo "AuthType=auth/munge"
-        echo "CredType=cred/munge"
-        echo "AuthInfo=socket=$SOCK,cred_expire=$CRED_EXPIRE"
-        echo "SlurmUser=root"
-        echo "SlurmdUser=root"
-        echo "StateSaveLocation=$DIR/state"
-        # %n: the node's name, so that the slurmds keep apart what they write
-        echo "SlurmdSpoolDir=$DIR/spool/%n"
-        echo "SlurmctldPidFile=$DIR/run/slurmctld.pid"
-        echo "SlurmdPidFile=$DIR/run/slurmd-%n.pid"
-        echo "SlurmctldLogFile=$DIR/log/slurmctld.log"
-        echo "SlurmdLogFile=$DIR/log/slurmd-%n.log"
-        echo "SlurmctldDebug=info"
-        echo "SlurmdDebug=info"
-        echo "MailProg=/bin/true"
-        echo "MpiDefault=none"
-        echo "SwitchType=switch/none"
-        if [ "$mode" = cgroup ]; then
-            echo "ProctrackType=proctrack/cgroup"
-            echo "TaskPlugin=task/cgroup,task/affinity"
-            echo "JobAcctGatherType=jobacct_gather/cgroup"
-        else
-            echo "ProctrackType=proctrack/linuxproc"
-            echo "TaskPlugin=task/none"
-            echo "JobAcctGatherType=jobacct_gather/linux"
-        fi
-        echo "AccountingStorageType=accounting_storage/none"
-        echo "JobCompType=jobcomp/filetxt"
-        echo "JobCompLoc=$DIR/log/jobcomp.log"
-        echo "SelectType=select/cons_tres"
-        echo "SelectTypeParameters=CR_Core_Memory"
-        echo "DefMemPerCPU=$def_mem"
+        conf_common "$mode" "-%n"
         echo "SlurmdParameters=config_overrides"
-        echo "ReturnToService=2"
-        echo "JobRequeue=1"
-        echo "KillWait=$KILLWAIT"
-        echo "MinJobAge=$MIN_JOB_AGE"
-        echo "InactiveLimit=0"
-        echo "SchedulerType=sched/backfill"
-        echo "SchedulerParameters=bf_interval=2,sched_interval=5"
         for k in $(seq 1 "$NODES"); do
             echo "NodeName=$(node_of "$k") NodeAddr=$(addr_of "$k") NodeHostname=$(node_of "$k") CPUs=$CPUS RealMemory=$node_mem State=UNKNOWN"
         done
         echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP"
-    } > "$tmp"
+    } > "$CONF.new"
     if [ "$mode" = cgroup ]; then
         {
             echo "# written by slurm/start-multinode-slurm.sh"
@@ -413,17 +245,7 @@ write_config() {   # $1 = cgroup | none; returns 0 if the configuration changed
     else
         rm -f "$DIR/etc/cgroup.conf.new"
     fi
-    local changed=1
-    if cmp -s "$tmp" "$CONF" && {
-           { [ ! -e "$DIR/etc/cgroup.conf.new" ] && [ ! -e "$DIR/etc/cgroup.conf" ]; } ||
-           cmp -s "$DIR/etc/cgroup.conf.new" "$DIR/etc/cgroup.conf"; }; then
-        changed=0
-    fi
-    mv -f "$tmp" "$CONF"
-    if [ -e "$DIR/etc/cgroup.conf.new" ]; then mv -f "$DIR/etc/cgroup.conf.new" "$DIR/etc/cgroup.conf"
-    else rm -f "$DIR/etc/cgroup.conf"; fi
-    chmod 644 "$CONF"
-    [ "$changed" = 1 ]
+    commit_config
 }
 
 states() { timeout 20 sinfo -h -N -o '%N %T' 2>/dev/null || true; }
@@ -481,27 +303,8 @@ start_slurmd() {   # K: node K's init (its namespaces) and slurmd
 }
 
 start_slurm() {
-    local pid end st k resumed=0 bad
-    export SLURM_CONF=$CONF
-    pid=$(our_pid slurmctld)
-    if [ -n "$pid" ]; then
-        log "slurmctld already running (pid $pid)"
-    else
-        ! port_busy "$CTLD_PORT" || die "port $CTLD_PORT is taken by another program; set MN_SLURM_CTLD_PORT"
-        rm -f "$DIR/run/slurmctld.pid"
-        slurmctld -f "$CONF" < /dev/null >> "$DIR/log/slurmctld.stderr" 2>&1 9>&- \
-            || { show_log_tail "$DIR/log/slurmctld.stderr" "$DIR/log/slurmctld.log"; die "slurmctld failed to start"; }
-        pid=$(wait_for_pidfile slurmctld) \
-            || { show_log_tail "$DIR/log/slurmctld.stderr" "$DIR/log/slurmctld.log"; die "slurmctld did not come up"; }
-        record_pid slurmctld "$pid"
-        log "slurmctld started (pid $pid, $HOST_ADDR:$CTLD_PORT)"
-    fi
-    end=$(( $(date +%s) + TIMEOUT ))
-    until timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; do
-        [ "$(date +%s)" -lt "$end" ] || { show_log_tail "$DIR/log/slurmctld.log"; die "slurmctld does not answer 'scontrol ping' after $TIMEOUT s"; }
-        [ -n "$(our_pid slurmctld)" ] || { show_log_tail "$DIR/log/slurmctld.stderr" "$DIR/log/slurmctld.log"; die "slurmctld exited"; }
-        sleep 0.2
-    done
+    local end st k resumed=0 bad
+    start_slurmctld "; set MN_SLURM_CTLD_PORT" "$HOST_ADDR:$CTLD_PORT"
     for k in $(seq 1 "$NODES"); do start_slurmd "$k"; done
 
     end=$(( $(date +%s) + TIMEOUT ))
@@ -544,16 +347,7 @@ smoke_test() {   # srun on every node: each must print its own host name
 
 # ---------------------------------------------------------------------------------------------
 # 6. choose the process tracking mode, write config, start
-case "$CGROUP_MODE" in
-    yes) mode=cgroup; cgroup_v1_usable || die "MN_SLURM_CGROUP=yes but cgroup v1 (memory, freezer, cpuset, cpuacct) is not usable here" ;;
-    no)  mode=none ;;
-    auto)
-        if [ -e "$DIR/etc/cgroup-failed" ]; then
-            mode=none
-            log "cgroup mode failed here before ($DIR/etc/cgroup-failed); using linuxproc (--fresh retries)"
-        elif cgroup_v1_usable; then mode=cgroup
-        else mode=none; fi ;;
-esac
+choose_mode MN_SLURM_CGROUP
 
 write_node_init
 if write_config "$mode"; then
@@ -561,21 +355,7 @@ if write_config "$mode"; then
 fi
 log "config $CONF (mode: $mode; $NODES nodes, each CPUs=$CPUS RealMemory=$node_mem)"
 TS=$(now)
-start_slurm
-if ! smoke_test; then
-    if [ "$mode" = cgroup ] && [ "$CGROUP_MODE" = auto ]; then
-        for k in $(seq 1 "$NODES"); do show_log_tail "$DIR/log/slurmd-$(node_of "$k").log"; done
-        log "falling back to proctrack/linuxproc without cgroups"
-        date > "$DIR/etc/cgroup-failed"
-        mode=none
-        write_config none || true
-        stop_slurm_daemons
-        start_slurm
-        smoke_test || die "smoke test failed without cgroups too; see $DIR/log/slurmd-*.log"
-    else
-        die "smoke test failed; see $DIR/log/slurmd-*.log and $DIR/log/slurmctld.log"
-    fi
-fi
+start_checked "$DIR/log/slurmd-*.log"
 
 echo "export SLURM_CONF=$CONF" > "$DIR/env.sh"
 cat >&2 <<EOF

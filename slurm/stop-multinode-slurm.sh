@@ -21,110 +21,25 @@
 set -uo pipefail
 
 PROG=stop-multinode-slurm
-log()  { printf '[%s] %s\n' "$PROG" "$*" >&2; }
-die()  { printf '[%s] ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
-usage() { sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+# shellcheck source-path=SCRIPTDIR source=lib/slurm-common.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/slurm-common.sh"
 
-PURGE=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --purge) PURGE=1 ;;
-        -h|--help) usage; exit 0 ;;
-        *) usage; die "unknown argument: $1" ;;
-    esac
-    shift
-done
+parse_stop_args "$@"
 
-DIR=${MN_SLURM_DIR:-/var/tmp/gpuguard-mn-slurm}
-case "$DIR" in /*) ;; *) die "MN_SLURM_DIR must be an absolute path (got '$DIR')" ;; esac
-DIR=${DIR%/}
+DIR=$(state_dir MN_SLURM_DIR /var/tmp/gpuguard-mn-slurm) || exit 1
 CONF=$DIR/etc/slurm.conf
 RECORD=$DIR/run/started.pids
 CREATED=$DIR/run/created
 
-[ "$(id -u)" -eq 0 ] || die "must run as root; try: sudo bash $0"
-if [ ! -d "$DIR" ]; then
-    log "nothing to stop: $DIR does not exist"
-    exit 0
-fi
-exec 9>"$DIR.lock"
-flock -w 300 9 || die "another start/stop holds $DIR.lock for more than 300 s"
-T0=$(date +%s.%N)
-
-running() {
-    local st
-    st=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)
-    [ -n "$st" ] && [ "$st" != Z ]
-}
-
-is_ours() {   # name pid: a live process of daemon NAME started from our state dir
-    local name=$1 pid=$2 cmd
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-    running "$pid" || return 1
-    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") || return 1
-    case "$cmd" in *"$name"*"$DIR/"*) return 0 ;; esac
-    return 1
-}
-
-pids_of() {   # name: live pids of our daemon NAME, from the record and the pid files
-    local name=$1 p f seen=" "
-    {
-        [ -f "$RECORD" ] && awk -v n="$name" '$1 == n { print $2 }' "$RECORD"
-        for f in "$DIR/run/$name.pid" "$DIR/run/$name"-*.pid; do
-            [ -s "$f" ] && { tr -dc '0-9' < "$f"; echo; }
-        done
-    } 2>/dev/null | while read -r p; do
-        [ -n "$p" ] || continue
-        case "$seen" in *" $p "*) continue ;; esac
-        seen="$seen$p "
-        if is_ours "$name" "$p"; then echo "$p"; fi
-    done
-}
+begin_stop
+T0=$(now)
 
 stopped=0
-stop_daemon() {
-    local name=$1 pid left=0 pids
-    pids=$(pids_of "$name")
-    for pid in $pids; do
-        stopped=$((stopped + 1))
-        log "stopping $name (pid $pid)"
-        kill -TERM "$pid" 2>/dev/null
-    done
-    for pid in $pids; do
-        for _ in $(seq 1 200); do is_ours "$name" "$pid" || break; sleep 0.1; done
-        if is_ours "$name" "$pid"; then
-            log "$name (pid $pid) still running 20 s after SIGTERM; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null
-            sleep 0.5
-        fi
-        if is_ours "$name" "$pid"; then log "could not stop $name (pid $pid)"; left=1; fi
-    done
-    return "$left"
-}
-
 status=0
 
 # 1. cancel the jobs, so that Slurm ends their processes (SIGTERM, KillWait, SIGKILL)
 if [ -n "$(pids_of slurmctld)" ] && [ -n "$(pids_of node-init)" ] && [ -r "$CONF" ]; then
-    export SLURM_CONF=$CONF
-    jobs=$(timeout 20 squeue -h -o '%A' 2>/dev/null | sort -u | tr '\n' ' ')
-    if [ -n "${jobs// /}" ]; then
-        log "cancelling jobs: $jobs"
-        # shellcheck disable=SC2086
-        timeout 20 scancel $jobs 2>/dev/null
-        killwait=$(sed -n 's/^KillWait=\([0-9]*\).*/\1/p' "$CONF" | head -n1)
-        end=$(( $(date +%s) + ${killwait:-30} + 30 ))
-        while [ "$(date +%s)" -lt "$end" ]; do
-            [ -z "$(timeout 20 squeue -h -o '%A' 2>/dev/null)" ] && break
-            # a job that requeued itself on the SIGTERM comes back PENDING: cancel it again
-            pending=$(timeout 20 squeue -h -t PENDING -o '%A' 2>/dev/null | sort -u | tr '\n' ' ')
-            # shellcheck disable=SC2086
-            [ -n "${pending// /}" ] && timeout 20 scancel $pending 2>/dev/null
-            sleep 0.3
-        done
-        left=$(timeout 20 squeue -h -o '%A %T' 2>/dev/null | tr '\n' ';')
-        if [ -n "$left" ]; then log "jobs still not finished: $left"; status=1; fi
-    fi
+    cancel_jobs || status=1
 fi
 
 # 2. the nodes, then slurmctld and munged
@@ -222,30 +137,22 @@ if [ -s "$CREATED" ]; then
     if [ -n "$left" ]; then log "could not remove:$left"; status=1; else : > "$CREATED"; fi
 fi
 
-# 4. empty cgroup v1 directories the slurmds made in cgroup mode, slurm_<node> (rmdir fails on
-#    any that still holds a process)
-for node in $(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' "$CONF" 2>/dev/null); do
-    for c in /sys/fs/cgroup/*/"slurm_$node"; do
-        [ -d "$c" ] || continue
-        find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
-    done
-done
+# 4. empty cgroup v1 directories the slurmds made in cgroup mode, slurm_<node>
+# shellcheck disable=SC2046  # one word a node
+remove_cgroup_dirs $(conf_nodes)
 
-took=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+took=$(since "$T0")
 if [ "$status" = 0 ]; then
-    : > "$RECORD"
-    rm -f "$DIR"/run/*.pid
+    forget_daemons
     if [ "$PURGE" = 1 ]; then
-        rm -rf "$DIR"
-        rm -f "$DIR.lock"
+        purge_state_dir
         log "stopped in $took s; removed $DIR"
     elif [ "$stopped" = 0 ]; then log "nothing was running (state kept in $DIR; --purge deletes it)"
     else log "stopped in $took s (state kept in $DIR; --purge deletes it)"
     fi
 else
     if [ "$PURGE" = 1 ] && [ -z "$(ns_pids)" ] && [ -z "$(pids_of slurmctld)$(pids_of munged)$(pids_of node-init)" ]; then
-        rm -rf "$DIR"
-        rm -f "$DIR.lock"
+        purge_state_dir
         log "cleaned up in $took s after the problems above; removed $DIR"
     else
         log "stopped in $took s with the problems above; state dir kept"

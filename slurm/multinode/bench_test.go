@@ -13,10 +13,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 func BenchmarkMultiNodeRelaunch(b *testing.B) {
@@ -32,18 +33,18 @@ func BenchmarkMultiNodeRelaunch(b *testing.B) {
 	} {
 		perNode := c.perNode
 		b.Run(c.name, func(b *testing.B) {
-			need(b)
+			cl.Need(b)
 			var launch, up, stop []float64
 			for i := 0; i < b.N; i++ {
 				l, u, s := multiNodeRelaunchOnce(b, perNode, c.launcher)
 				launch, up, stop = append(launch, l), append(up, u), append(stop, s)
 			}
-			b.ReportMetric(median(launch), "ms-oom-to-launch")
-			b.ReportMetric(median(up), "ms-oom-to-both-nodes-up")
+			b.ReportMetric(slurmtest.Median(launch), "ms-oom-to-launch")
+			b.ReportMetric(slurmtest.Median(up), "ms-oom-to-both-nodes-up")
 			b.ReportMetric(slices.Max(up), "ms-oom-to-both-nodes-up-max")
-			b.ReportMetric(median(stop), "ms-oom-to-step-ended")
+			b.ReportMetric(slurmtest.Median(stop), "ms-oom-to-step-ended")
 			b.Logf("%s: %d ranks per node, the last rank (node 2) runs out of memory, %s; oom_grace 1s: OOM line → the step ended on both nodes (srun exited): median %.0f ms; → next srun started: median %.0f ms; → every rank of the new step up on both nodes (each found its node's old ranks gone): median %.0f ms (%s)",
-				c.name, perNode, c.hang, median(stop), median(launch), median(up), msList(up))
+				c.name, perNode, c.hang, slurmtest.Median(stop), slurmtest.Median(launch), slurmtest.Median(up), slurmtest.MsList(up))
 		})
 	}
 }
@@ -61,7 +62,7 @@ func multiNodeRelaunchOnce(b *testing.B, perNode int, launcher bool) (launch, up
 #SBATCH -N2 --ntasks-per-node=%d
 #SBATCH -o job.out
 exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=%d --label python3 mnranks.py --batch 64
-`, perNode, cl.gg, perNode)
+`, perNode, cl.GG, perNode)
 	if launcher {
 		// one launcher per node; its workers keep SIGTERM's default action
 		script = fmt.Sprintf(`#!/bin/bash
@@ -69,18 +70,18 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=%d --label python3 mn
 #SBATCH -o job.out
 export MNRANKS_HANG_TERM=default
 exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=1 --label python3 mnlaunch.py --nproc-per-node %d python3 mnranks.py --batch 64
-`, perNode, cl.gg, perNode)
+`, perNode, cl.GG, perNode)
 	}
-	id := submit(b, dir, "job.sh", script)
-	if info := waitEnd(b, id, 2*time.Minute); info["JobState"] != "COMPLETED" {
-		b.Fatalf("job %s: %s, want COMPLETED:\n%s", id, info["JobState"], tryRead(filepath.Join(dir, "job.out")))
+	id := cl.Submit(b, dir, "job.sh", script)
+	if info := cl.WaitEnd(b, id, 2*time.Minute); info["JobState"] != "COMPLETED" {
+		b.Fatalf("job %s: %s, want COMPLETED:\n%s", id, info["JobState"], slurmtest.TryRead(filepath.Join(dir, "job.out")))
 	}
-	out := tryRead(filepath.Join(dir, "job.out"))
+	out := slurmtest.TryRead(filepath.Join(dir, "job.out"))
 	task := world - 1 // srun's label of the failing rank's lines
 	if launcher {
 		task = 1
 	}
-	oom := stamp(out, fmt.Sprintf("%d: rank %d oom at ", task, world-1))
+	oom := slurmtest.Stamp(out, fmt.Sprintf("%d: rank %d oom at ", task, world-1))
 	order, by := stepsOf(launches(out))
 	if oom == 0 || len(order) != 2 || len(by[order[1]]) != world {
 		b.Fatalf("job %s: no OOM line, or not two steps of %d ranks:\n%s", id, world, out)
@@ -91,8 +92,8 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=1 --label python3 mnl
 		}
 	}
 	up = (lastLaunch(by[order[1]]) - oom) * 1000
-	runDir := runDirOf(dir, id)
-	evs, err := readEvents(runDir, "attempt_start", "attempt_end")
+	runDir := slurmtest.RunDir(dir, id)
+	evs, err := slurmtest.ReadEvents(runDir, "attempt_start", "attempt_end")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,25 +114,4 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=1 --label python3 mnl
 		b.Fatalf("no attempt_end of attempt 1 in %s", runDir)
 	}
 	return launch, up, stop
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func msList(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.FormatFloat(x, 'f', 0, 64)
-	}
-	return strings.Join(parts, " ")
 }

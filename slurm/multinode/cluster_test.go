@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 // The cluster itself and the harness's helpers: each node has its own host
@@ -14,7 +16,7 @@ import (
 // each node's namespace), and each node sees only its own processes; cutLink cuts a node off and brings it back. Not
 // parallel: a cut link would break the other tests' jobs.
 func TestMultiNodeClusterAndHelpers(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	prefix := strings.TrimSuffix(cl.nodes[0].name, "n1")
 	for k, n := range cl.nodes {
 		out, err := onNode(k, "", "bash", "-c", "hostname; ip -4 -o addr show dev eth0; getent hosts "+cl.nodes[0].name+" "+cl.nodes[1].name+" "+prefix+"ctl").CombinedOutput()
@@ -34,13 +36,13 @@ func TestMultiNodeClusterAndHelpers(t *testing.T) {
 
 	// A job on both nodes: each task writes its host name, then waits.
 	dir := workDir(t)
-	id := submit(t, dir, "job.sh", `#!/bin/bash
+	id := cl.Submit(t, dir, "job.sh", `#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=1
 #SBATCH -o job.out
 srun --label bash -c 'hostname > "host-$SLURM_NODEID"; exec sleep 600'
 `)
 	for k, n := range cl.nodes[:2] {
-		waitFile(t, filepath.Join(dir, fmt.Sprintf("host-%d", k)), n.name, time.Minute)
+		slurmtest.WaitFile(t, filepath.Join(dir, fmt.Sprintf("host-%d", k)), n.name, time.Minute)
 	}
 	for k, n := range cl.nodes[:2] {
 		var sleeps int
@@ -71,7 +73,7 @@ srun --label bash -c 'hostname > "host-$SLURM_NODEID"; exec sleep 600'
 	if onNodes[cl.nodes[0].name] < 2 || onNodes[cl.nodes[1].name] < 1 {
 		t.Errorf("job %s's processes by node %v, want the batch shell, srun and a task on the first node and a task on the second", id, onNodes)
 	}
-	cancel(t, id)
+	cl.Cancel(t, id)
 
 	// Node 2 cut off: node 1 cannot reach its slurmd any more; then back.
 	reach := func() error {

@@ -23,24 +23,19 @@ package multinode_test
 // is shared, as a cluster file system is); every job a test submits is
 // cancelled when the test ends if it is still in the queue.
 //
-// Helpers for tests: onNode (a command inside node K's network, host name and
-// /etc/hosts), cutLink (node K's link to the others down until the test ends),
-// nodeProcs and jobProcs (the processes of a node, of a job, read from /proc),
-// events, verdicts and attempt (a run directory's journal), submit, waitJob,
-// waitEnd, waitFile, cancel.
+// The harness the Slurm test packages share (TestMain's rules, submitting and
+// waiting for jobs, a run directory's journal) is slurm/internal/slurmtest;
+// this file adds what is specific to the nodes: onNode (a command inside node
+// K's network, host name and /etc/hosts), cutLink (node K's link to the
+// others down until the test ends), nodeProcs and jobProcs (the processes of
+// a node, of a job, read from /proc).
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,20 +43,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 // cl is the cluster the tests use.
-var cl struct {
-	skip       string   // why the tests skip ("" when they run)
-	root       string   // the repository
-	dir        string   // the cluster's state dir
-	conf       string   // slurm.conf
-	env        []string // environment for Slurm commands
-	gg         string   // the gpuguard binary
-	cgroup     bool     // proctrack/cgroup
-	slurmdPort string   // SlurmdPort: every node's slurmd listens on it at its address
-	nodes      []node   // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
-}
+var cl = struct {
+	slurmtest.Cluster
+	dir        string // the cluster's state dir
+	slurmdPort string // SlurmdPort: every node's slurmd listens on it at its address
+	nodes      []node // in Slurm's order: nodes[K] runs SLURM_NODEID=K of a job on all nodes
+}{Cluster: slurmtest.Cluster{Name: "multi-node Slurm"}}
 
 // node is one node of the cluster.
 type node struct {
@@ -72,83 +64,20 @@ type node struct {
 	init     int    // pid 1 of its PID namespace (host pid): nsenter -t PID enters the node
 }
 
-func TestMain(m *testing.M) { os.Exit(mainTest(m)) }
-
-func mainTest(m *testing.M) (code int) {
-	flag.Parse()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	cl.root = root
-	switch {
-	case testing.Short():
-		cl.skip = "-short: the multi-node Slurm tests submit real jobs (about a minute)"
-	case os.Getenv("GPUGUARD_SLURM") == "off":
-		cl.skip = "GPUGUARD_SLURM=off"
-	default:
-		stopCluster, startCode := startCluster()
-		if stopCluster != nil {
-			stop := sync.OnceValue(stopCluster)
-			defer func() {
-				// Processes left on a node, or daemons the stop script
-				// could not stop, fail the run.
-				if err := stop(); err != nil && code == 0 {
-					code = 1
-				}
-			}()
-			stopBeforeDying(stop)
-		}
-		if startCode != 0 {
-			return startCode
-		}
-	}
-	if cl.skip != "" && os.Getenv("GPUGUARD_SLURM") == "require" && !testing.Short() {
-		fmt.Fprintf(os.Stderr, "GPUGUARD_SLURM=require, but the multi-node Slurm tests cannot run: %s\n", cl.skip)
-		return 1
-	}
-	if cl.skip == "" {
-		dir, err := os.MkdirTemp("", "gg-mn-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		if err := os.Chmod(dir, 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		cl.gg = filepath.Join(dir, "gpuguard")
-		goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goCmd); err != nil {
-			goCmd = "go"
-		}
-		build := exec.Command(goCmd, "build", "-o", cl.gg, ".")
-		build.Dir = cl.root
-		build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "cannot build gpuguard for the multi-node tests: %v\n%s", err, out)
-			return 1
-		}
-	}
-	code = m.Run()
-	if cl.skip == "" {
-		if left := leftovers(); left != "" {
-			fmt.Fprintf(os.Stderr, "processes left on the cluster's nodes after the tests (the stop script ends them):\n%s", left)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	return code
+func TestMain(m *testing.M) {
+	os.Exit(cl.Main(m, slurmtest.Setup{
+		Root:      "../..",
+		Short:     "-short: the multi-node Slurm tests submit real jobs (about a minute)",
+		Start:     startCluster,
+		Leftovers: leftovers,
+	}))
 }
 
-// leftovers names the processes other than slurmd still on any node, once
-// the jobs' step daemons have had time to end (they end a moment after
-// their job; every test cancels its jobs).
+// leftovers names the jobs still in the queue, or else the processes other
+// than slurmd still on any node once the jobs' step daemons have had time to
+// end (they end a moment after their job; every test cancels its jobs).
 func leftovers() string {
-	if out, err := slurmCommand("", "squeue", "-h", "-o", "%A %T").CombinedOutput(); err == nil && len(bytes.TrimSpace(out)) > 0 {
+	if out, err := cl.Command("", "squeue", "-h", "-o", "%A %T").CombinedOutput(); err == nil && len(bytes.TrimSpace(out)) > 0 {
 		return "jobs still in the queue: " + string(out)
 	}
 	var left []proc
@@ -169,46 +98,16 @@ func leftovers() string {
 	return b.String()
 }
 
-// stopBeforeDying stops the cluster when the test binary is about to die
-// without running TestMain's deferred calls: interrupted (SIGINT, SIGTERM),
-// or near its -test.timeout, whose panic runs no deferred call.
-func stopBeforeDying(stop func() error) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		sig := <-ch
-		fmt.Fprintf(os.Stderr, "%v: stopping the tests' multi-node Slurm cluster first\n", sig)
-		stop()
-		signal.Reset(sig)
-		syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-	}()
-	f := flag.Lookup("test.timeout")
-	if f == nil {
-		return
-	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return
-	}
-	const margin = 75 * time.Second
-	if d, _ := g.Get().(time.Duration); d > 2*margin {
-		time.AfterFunc(d-margin, func() {
-			fmt.Fprintf(os.Stderr, "-test.timeout %s is %s away: stopping the tests' multi-node Slurm cluster now, so that it does not outlive the test binary\n", d, margin)
-			stop()
-		})
-	}
-}
-
 // startCluster starts the private cluster and returns what stops it; code is
 // non-zero when the tests cannot run although they should.
 func startCluster() (stop func() error, code int) {
 	if os.Geteuid() != 0 {
-		cl.skip = "not root: the tests start a private multi-node Slurm cluster (network namespaces, slurmd); run them as root"
+		cl.Skip = "not root: the tests start a private multi-node Slurm cluster (network namespaces, slurmd); run them as root"
 		return nil, 0
 	}
 	for _, c := range []string{"bash", "ip", "nsenter", "unshare"} {
 		if _, err := exec.LookPath(c); err != nil {
-			cl.skip = "no " + c + " to run slurm/start-multinode-slurm.sh"
+			cl.Skip = "no " + c + " to run slurm/start-multinode-slurm.sh"
 			return nil, 0
 		}
 	}
@@ -226,81 +125,53 @@ func startCluster() (stop func() error, code int) {
 		fmt.Fprintln(os.Stderr, err)
 		return nil, 1
 	}
-	port, err := freePort()
+	ports, err := slurmtest.FreePorts(1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "no free port for slurmctld:", err)
 		return nil, 1
 	}
+	port := ports[0]
 	base := append(os.Environ(),
 		"MN_SLURM_DIR="+dir,
 		fmt.Sprintf("MN_SLURM_PREFIX=gm%d", port),
 		fmt.Sprintf("MN_SLURM_CTLD_PORT=%d", port),
 		fmt.Sprintf("MN_SLURM_NODES=%d", nodes),
 	)
-	env := base
-	stop = func() error {
-		cmd := exec.Command("bash", filepath.Join(cl.root, "slurm", "stop-multinode-slurm.sh"), "--purge")
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "slurm/stop-multinode-slurm.sh did not stop the tests' cluster cleanly (%v); it names what it found:\n%s", err, out)
-		}
-		os.RemoveAll(dir)
-		os.Remove(dir + ".lock")
-		return err
-	}
+	p := cl.Private("start-multinode-slurm.sh", "stop-multinode-slurm.sh", dir, base)
 	// A /24 of 10.213/16 that no address or route of this machine is in.
 	// Another cluster starting at the same moment may take the same one:
 	// the start script then refuses it ("already in use"), and the next is
 	// tried.
 	third := port % 250
-	var stderr bytes.Buffer
+	var stderr string
 	for try := 0; ; try++ {
 		subnet := fmt.Sprintf("10.213.%d.0/24", (third+try*37)%250+1)
-		env = append(base[:len(base):len(base)], "MN_SLURM_SUBNET="+subnet)
-		start := exec.Command("bash", filepath.Join(cl.root, "slurm", "start-multinode-slurm.sh"))
-		start.Env = env
-		stderr.Reset()
-		start.Stderr = &stderr
-		_, err := start.Output()
+		p.Env = append(base[:len(base):len(base)], "MN_SLURM_SUBNET="+subnet)
+		stderr, err = p.Start()
 		if err == nil {
 			break
 		}
-		if strings.Contains(stderr.String(), "already in use on this machine") && try < 5 {
+		if strings.Contains(stderr, "already in use on this machine") && try < 5 {
 			continue
 		}
-		if _, lerr := exec.LookPath("slurmctld"); lerr != nil {
-			cl.skip = "Slurm is not installed and slurm/start-multinode-slurm.sh could not install it: " + lastLines(stderr.String(), 3)
-			return stop, 0
-		}
-		fmt.Fprintf(os.Stderr, "slurm/start-multinode-slurm.sh failed: %v\n%s", err, stderr.String())
-		return stop, 1
+		return p.Stop, p.Failed(stderr, err)
 	}
-	fmt.Fprintf(os.Stderr, "multi-node cluster: %s\n", lastLines(grepLines(stderr.String(), "is up after"), 1))
+	fmt.Fprintf(os.Stderr, "multi-node cluster: %s\n", slurmtest.LastLines(grepLines(stderr, "is up after"), 1))
 	cl.dir = dir
 	if err := setConf(filepath.Join(dir, "etc", "slurm.conf"), fmt.Sprintf("gm%d", port)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return stop, 1
+		return p.Stop, 1
 	}
-	return stop, 0
+	return p.Stop, 0
 }
 
+// setConf makes conf the tests' slurm.conf and reads the nodes from it
+// (prefix: the names start-multinode-slurm.sh gives, MN_SLURM_PREFIX).
 func setConf(conf, prefix string) error {
-	cl.conf = conf
-	cl.env = nil
-	for _, kv := range os.Environ() {
-		// Slurm's input variables would change what sbatch and srun do.
-		if !strings.HasPrefix(kv, "SLURM_") && !strings.HasPrefix(kv, "SBATCH_") && !strings.HasPrefix(kv, "SRUN_") && !strings.HasPrefix(kv, "GPUGUARD_") {
-			cl.env = append(cl.env, kv)
-		}
-	}
-	cl.env = append(cl.env, "SLURM_CONF="+conf)
-	data, err := os.ReadFile(conf)
+	text, err := cl.SetConf(conf)
 	if err != nil {
 		return err
 	}
-	text := string(data)
-	cl.cgroup = strings.Contains(text, "ProctrackType=proctrack/cgroup")
 	cl.nodes = nil
 	for _, line := range strings.Split(text, "\n") {
 		if p, ok := strings.CutPrefix(line, "SlurmdPort="); ok {
@@ -338,23 +209,6 @@ func setConf(conf, prefix string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 func grepLines(s, want string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
@@ -365,37 +219,12 @@ func grepLines(s, want string) string {
 	return strings.Join(out, "\n")
 }
 
-func need(t testing.TB) {
-	t.Helper()
-	if cl.skip != "" {
-		t.Skip(cl.skip)
-	}
-}
-
-// ---------------------------------------------------------------------------
-// Slurm
-
-func slurmCommand(dir, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
-	cmd.Dir, cmd.Env = dir, cl.env
-	return cmd
-}
-
-func run(t testing.TB, dir, name string, args ...string) string {
-	t.Helper()
-	out, err := slurmCommand(dir, name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // onNode is a command run on node k (0-based: SLURM_NODEID): inside its
 // network, host name, mount (its /etc/hosts and /proc) and PID namespaces,
 // so it sees what a job's process there sees, in dir.
 func onNode(k int, dir, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(cl.nodes[k].init), "-n", "-u", "-m", "-p", "--", name}, args...)...)
-	cmd.Dir, cmd.Env = dir, cl.env
+	cmd.Dir, cmd.Env = dir, cl.Env
 	return cmd
 }
 
@@ -420,170 +249,9 @@ func cutLink(t testing.TB, k int) (restore func()) {
 // workDir is a new job directory holding a copy of testdata/.
 func workDir(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir("testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("testdata", e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := slurmtest.JobDir(t)
+	slurmtest.CopyDir(t, "testdata", dir)
 	return dir
-}
-
-// submit writes script to dir/name and submits it; the job is cancelled at
-// the end of the test if it is still in the queue. It returns the job id.
-func submit(t testing.TB, dir, name, script string, args ...string) string {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := run(t, dir, "sbatch", append(append([]string{"--parsable"}, args...), name)...)
-	id, _, _ := strings.Cut(strings.TrimSpace(out), ";")
-	if _, err := strconv.Atoi(id); err != nil {
-		t.Fatalf("sbatch printed %q, not a job id", out)
-	}
-	t.Cleanup(func() { cancel(t, id) })
-	return id
-}
-
-// cancel cancels a job still in the queue and waits until it has left it.
-func cancel(t testing.TB, id string) {
-	info, err := showJob(id)
-	if err != nil || ended(info["JobState"]) {
-		return
-	}
-	t.Logf("cancelling job %s (%s)", id, info["JobState"])
-	slurmCommand("", "scancel", id).Run()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		info, err := showJob(id)
-		if err != nil || ended(info["JobState"]) {
-			return
-		}
-		if info["JobState"] == "PENDING" {
-			slurmCommand("", "scancel", id).Run()
-		}
-		time.Sleep(200 * time.Millisecond) // polling Slurm: it has no notification to wait on
-	}
-	t.Errorf("job %s still in the queue a minute after scancel", id)
-}
-
-// showJob returns `scontrol show job -o ID` as fields.
-func showJob(id string) (map[string]string, error) {
-	out, err := slurmCommand("", "scontrol", "show", "job", "-o", id).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("scontrol show job %s: %v: %s", id, err, out)
-	}
-	info := map[string]string{}
-	for _, f := range strings.Fields(string(out)) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			if _, seen := info[k]; !seen {
-				info[k] = v
-			}
-		}
-	}
-	return info, nil
-}
-
-func ended(state string) bool {
-	switch state {
-	case "PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT":
-		return false
-	}
-	return true
-}
-
-// waitJob polls the job until cond holds (Slurm offers nothing to wait on)
-// and returns its fields then.
-func waitJob(t testing.TB, id string, within time.Duration, what string, cond func(map[string]string) bool) map[string]string {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	var info map[string]string
-	var err error
-	last := ""
-	for {
-		info, err = showJob(id)
-		if err == nil {
-			if now := info["JobState"] + " " + info["Reason"] + " Restarts=" + info["Restarts"]; now != last {
-				t.Logf("job %s: %s", id, now)
-				last = now
-			}
-		}
-		if err == nil && cond(info) {
-			return info
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("job %s: %s: not within %s (last: %v %v)", id, what, within, info, err)
-	return nil
-}
-
-// waitEnd waits until the job has ended for good and returns its fields.
-func waitEnd(t testing.TB, id string, within time.Duration) map[string]string {
-	t.Helper()
-	return waitJob(t, id, within, "end", func(info map[string]string) bool { return ended(info["JobState"]) })
-}
-
-// waitFile waits until file contains want and returns its content.
-func waitFile(t testing.TB, file, want string, within time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		data, _ := os.ReadFile(file)
-		if strings.Contains(string(data), want) {
-			return string(data)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not appear in %s within %s; it has:\n%s", want, file, within, data)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func wantState(t testing.TB, info map[string]string, state, exit string) {
-	t.Helper()
-	if info["JobState"] != state || info["ExitCode"] != exit {
-		t.Errorf("job %s: JobState=%s ExitCode=%s, want %s %s", info["JobId"], info["JobState"], info["ExitCode"], state, exit)
-	}
-}
-
-func readFile(t testing.TB, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
-func tryRead(path string) string {
-	data, _ := os.ReadFile(path)
-	return string(data)
-}
-
-func wantContains(t testing.TB, what, got string, wants ...string) {
-	t.Helper()
-	for _, w := range wants {
-		if !strings.Contains(got, w) {
-			t.Errorf("%s lacks %q:\n%s", what, w, got)
-		}
-	}
 }
 
 // ---------------------------------------------------------------------------
@@ -713,74 +381,6 @@ func jobProcs(jobID string) []proc {
 		if p.jobID == jobID {
 			out = append(out, p)
 		}
-	}
-	return out
-}
-
-// ---------------------------------------------------------------------------
-// Run directories
-
-type event map[string]any
-
-// runDirOf is the run directory gpuguard keeps for job id run in dir.
-func runDirOf(dir, id string) string { return filepath.Join(dir, ".gpuguard", "runs", "slurm-"+id) }
-
-// events reads a run directory's events of the given types (all when none).
-func events(t testing.TB, runDir string, types ...string) []event {
-	t.Helper()
-	evs, err := readEvents(runDir, types...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return evs
-}
-
-func readEvents(runDir string, types ...string) ([]event, error) {
-	f, err := os.Open(filepath.Join(runDir, "events.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var ev event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("%s: %v", runDir, err)
-		}
-		typ, _ := ev["type"].(string)
-		if len(types) == 0 || contains(types, typ) {
-			out = append(out, ev)
-		}
-	}
-	return out, sc.Err()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// verdicts are the verdicts of the attempts in a run directory, in order.
-func verdicts(t testing.TB, runDir string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, ev := range events(t, runDir, "attempt_end") {
-		v, _ := ev["verdict"].(map[string]any)
-		out = append(out, v)
-	}
-	return out
-}
-
-func kinds(vs []map[string]any) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i], _ = v["kind"].(string)
 	}
 	return out
 }

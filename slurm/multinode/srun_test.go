@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 // rankLine is what mnranks.py prints when a rank starts.
@@ -88,39 +90,39 @@ func checkStep(t *testing.T, what string, ls []launched, world, perNode, batch i
 // both nodes with half the batch; every rank of the new step finds, on its
 // own node, that the ranks of the old step there are gone.
 func TestMultiNodeSrunRankOOMOnTheSecondNode(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
-	id := submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
+	id := cl.Submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=2
 #SBATCH -o job.out
 exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=2 --label python3 mnranks.py --batch 64
-`, cl.gg))
-	info := waitEnd(t, id, 2*time.Minute)
-	out := readFile(t, filepath.Join(dir, "job.out"))
+`, cl.GG))
+	info := cl.WaitEnd(t, id, 2*time.Minute)
+	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", out)
 		}
 	}()
-	wantState(t, info, "COMPLETED", "0:0")
-	runDir := runDirOf(dir, id)
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
+	runDir := slurmtest.RunDir(dir, id)
 
 	// The verdict names rank 3 and the second node.
 	second := cl.nodes[1].name
-	vs := verdicts(t, runDir)
+	vs := slurmtest.Verdicts(t, runDir)
 	if len(vs) != 2 || vs[0]["kind"] != "gpu_oom" || vs[0]["rank"] != float64(3) || vs[1]["kind"] != "none" {
 		t.Fatalf("verdicts %v, want a gpu_oom of rank 3, then success", vs)
 	}
 	if vs[0]["host"] != second {
 		t.Errorf("verdict host %q, want the second node %q (srun: error: %s: task 3: ...)", vs[0]["host"], second, second)
 	}
-	ends := events(t, runDir, "attempt_end")
+	ends := slurmtest.Events(t, runDir, "attempt_end")
 	if ends[0]["stopped_by_us"] != true || ends[0]["stop_reason"] != "no exit within oom_grace (1s) after an out-of-memory error" {
 		t.Errorf("attempt 1 was not stopped after oom_grace: %v", ends[0])
 	}
 	// explain --json reads the same from the run directory.
-	ex := run(t, dir, cl.gg, "explain", "--json", runDir)
+	ex := cl.Run(t, dir, cl.GG, "explain", "--json", runDir)
 	first, _, _ := strings.Cut(ex, "\n")
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(first), &doc); err != nil {
@@ -129,7 +131,7 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=2 --label python3 mnr
 	if !strings.Contains(first, `"host":"`+second+`"`) || !strings.Contains(first, `"rank":3`) {
 		t.Errorf("explain --json of attempt 1 does not name rank 3 on %s:\n%s", second, first)
 	}
-	wantContains(t, "the job's output", out,
+	slurmtest.WantContains(t, "the job's output", out,
 		"attempt 1 died of GPU OOM in training on rank 3",
 		"srun: error: "+second+": task 3: Exited with exit code 1",
 		"attempt 2: srun -N2 --ntasks-per-node=2 --label python3 mnranks.py --batch 32")
@@ -149,14 +151,14 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=2 --label python3 mnr
 	// (two per node), and finished.
 	for r := range 4 {
 		h := hostOfRank(r, 2)
-		wantContains(t, "the job's output", out,
+		slurmtest.WantContains(t, "the job's output", out,
 			fmt.Sprintf("%d: rank %d on %s: earlier ranks on this node: 2 gone", r, r, h),
 			fmt.Sprintf("%d: rank %d on %s done batch=32", r, r, h))
 	}
 	if strings.Contains(out, "still running") {
 		t.Errorf("a rank of attempt 2 found a rank of attempt 1 running on its node")
 	}
-	if oom, relaunched := stamp(out, "3: rank 3 oom at "), lastLaunch(by[order[1]]); oom > 0 && relaunched > 0 {
+	if oom, relaunched := slurmtest.Stamp(out, "3: rank 3 oom at "), lastLaunch(by[order[1]]); oom > 0 && relaunched > 0 {
 		t.Logf("from rank 3's OOM line to the relaunched step running on both nodes: %.2f s (oom_grace 1 s, srun's teardown on both nodes, a new step)", relaunched-oom)
 	}
 }
@@ -170,20 +172,6 @@ func lastLaunch(ls []launched) float64 {
 	return last
 }
 
-// stamp reads the time printed after prefix, 0 when there is none.
-func stamp(out, prefix string) float64 {
-	i := strings.Index(out, prefix)
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(out[i+len(prefix):])
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}
-
 // A requeue after the relaunch: rank 1 (second node) runs out of memory in
 // the job's first run, gpuguard relaunches the step with batch 32, and
 // while that step trains on both nodes Slurm requeues the job (scontrol
@@ -191,31 +179,31 @@ func stamp(out, prefix string) float64 {
 // directory and continues with batch 32, one step on both nodes, and
 // completes.
 func TestMultiNodeSrunRequeueContinuesOnBothNodes(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
-	id := submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
+	id := cl.Submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=1
 #SBATCH -o job.out
 #SBATCH --open-mode=append
 #SBATCH --requeue
 exec %s run --policy mn.yaml -- srun -N2 --label python3 mnranks.py --batch 64 --hold
-`, cl.gg))
-	runDir := runDirOf(dir, id)
+`, cl.GG))
+	runDir := slurmtest.RunDir(dir, id)
 	out := filepath.Join(dir, "job.out")
 	for r := range 2 {
-		waitFile(t, out, fmt.Sprintf("%d: rank %d on %s holds at batch=32", r, r, cl.nodes[r].name), 2*time.Minute)
+		slurmtest.WaitFile(t, out, fmt.Sprintf("%d: rank %d on %s holds at batch=32", r, r, cl.nodes[r].name), 2*time.Minute)
 	}
-	run(t, dir, "scontrol", "requeue", id)
-	waitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
-	info := waitEnd(t, id, 2*time.Minute)
-	text := readFile(t, out)
+	cl.Run(t, dir, "scontrol", "requeue", id)
+	cl.WaitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
+	info := cl.WaitEnd(t, id, 2*time.Minute)
+	text := slurmtest.ReadFile(t, out)
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", text)
 		}
 	}()
-	wantState(t, info, "COMPLETED", "0:0")
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	order, by := stepsOf(launches(text))
 	if len(order) != 3 {
 		t.Fatalf("ranks launched in steps %v, want 3 (two in the first run, one after the requeue)", order)
@@ -227,19 +215,19 @@ exec %s run --policy mn.yaml -- srun -N2 --label python3 mnranks.py --batch 64 -
 		t.Errorf("the last step ran in run %s, want the job's second run (restart 1)", order[2])
 	}
 	for r := range 2 {
-		wantContains(t, "the job's output", text, fmt.Sprintf("%d: rank %d on %s done batch=32", r, r, cl.nodes[r].name))
+		slurmtest.WantContains(t, "the job's output", text, fmt.Sprintf("%d: rank %d on %s done batch=32", r, r, cl.nodes[r].name))
 	}
 	if strings.Contains(text, "still running") {
 		t.Errorf("a rank found a rank of an earlier step running on its node")
 	}
-	wantContains(t, "the job's output", text,
+	slurmtest.WantContains(t, "the job's output", text,
 		"attempt 1 died of GPU OOM in training on rank 1",
 		"restart 1",
 		"attempt 3: srun -N2 --label python3 mnranks.py --batch 32 --hold")
-	if got := strings.Join(kinds(verdicts(t, runDir)), ","); !strings.HasPrefix(got, "gpu_oom,") || !strings.HasSuffix(got, ",none") {
+	if got := strings.Join(slurmtest.Kinds(slurmtest.Verdicts(t, runDir)), ","); !strings.HasPrefix(got, "gpu_oom,") || !strings.HasSuffix(got, ",none") {
 		t.Errorf("verdicts %s, want gpu_oom first and success last", got)
 	}
-	if n := len(events(t, runDir, "attempt_start")); n != 3 {
+	if n := len(slurmtest.Events(t, runDir, "attempt_start")); n != 3 {
 		t.Errorf("%d attempts over both runs, want 3", n)
 	}
 	if _, err := os.Stat(runDir); err != nil {
@@ -257,27 +245,27 @@ exec %s run --policy mn.yaml -- srun -N2 --label python3 mnranks.py --batch 64 -
 // new step on both nodes with half the batch; each worker of the relaunch
 // finds its node's workers of attempt 1 gone.
 func TestMultiNodeSrunTorchrunRankOOMOnTheSecondNode(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
 	launcher := "srun -N2 --ntasks-per-node=1 --label python3 mnlaunch.py --nproc-per-node 2 python3 mnranks.py"
-	id := submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
+	id := cl.Submit(t, dir, "job.sh", fmt.Sprintf(`#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=1 --cpus-per-task=2
 #SBATCH -o job.out
 export MNRANKS_HANG_TERM=default
 exec %s run --policy mn.yaml -- %s --batch 64
-`, cl.gg, launcher))
-	info := waitEnd(t, id, 2*time.Minute)
-	out := readFile(t, filepath.Join(dir, "job.out"))
+`, cl.GG, launcher))
+	info := cl.WaitEnd(t, id, 2*time.Minute)
+	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", out)
 		}
 	}()
-	wantState(t, info, "COMPLETED", "0:0")
-	runDir := runDirOf(dir, id)
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
+	runDir := slurmtest.RunDir(dir, id)
 	second := cl.nodes[1].name
-	vs := verdicts(t, runDir)
+	vs := slurmtest.Verdicts(t, runDir)
 	if len(vs) != 2 || vs[0]["kind"] != "gpu_oom" || vs[1]["kind"] != "none" {
 		t.Fatalf("verdicts %v, want a gpu_oom, then success", vs)
 	}
@@ -293,7 +281,7 @@ exec %s run --policy mn.yaml -- %s --batch 64
 			t.Errorf("verdict host %v, want %s", vs[0]["host"], second)
 		}
 	})
-	wantContains(t, "the job's output", out,
+	slurmtest.WantContains(t, "the job's output", out,
 		"1: [rank3]: torch.OutOfMemoryError: CUDA out of memory.",
 		"1: ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 1",
 		"1:   host      : "+second,
@@ -313,7 +301,7 @@ exec %s run --policy mn.yaml -- %s --batch 64
 	}
 	for r := range 4 {
 		h := hostOfRank(r, 2)
-		wantContains(t, "the job's output", out,
+		slurmtest.WantContains(t, "the job's output", out,
 			fmt.Sprintf("%d: rank %d on %s: earlier ranks on this node: 2 gone", r/2, r, h),
 			fmt.Sprintf("%d: rank %d on %s done batch=32", r/2, r, h))
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/slurm/internal/slurmtest"
 )
 
 // perNodeJob is the batch script: one gpuguard task per node, each around
@@ -21,11 +23,13 @@ func perNodeJob(extra, flags, ranksArgs string) string {
 #SBATCH -o job.out
 %s
 srun -N2 --ntasks-per-node=1 --label bash -c 'exec %s run --policy mn.yaml %s -- ./mnnode.sh --nnodes 2 --node-rank $SLURM_NODEID --nproc-per-node 2 mnranks.py %s'
-`, extra, cl.gg, flags, ranksArgs)
+`, extra, cl.GG, flags, ranksArgs)
 }
 
 // taskDir is the run directory of task k of job id.
-func taskDir(dir, id string, k int) string { return runDirOf(dir, fmt.Sprintf("%s-task%d", id, k)) }
+func taskDir(dir, id string, k int) string {
+	return slurmtest.RunDir(dir, fmt.Sprintf("%s-task%d", id, k))
+}
 
 // An OOM of rank 3, on the second node, under one gpuguard per node: the
 // three other ranks hang in their collective (ignoring SIGTERM). The second
@@ -35,45 +39,45 @@ func taskDir(dir, id string, k int) string { return runDirOf(dir, fmt.Sprintf("%
 // batch 32: each node's journal has the same decision, and every rank
 // printed batch=32 in the relaunch.
 func TestMultiNodeTorchrunOOMOnTheSecondNodeRelaunchesBothAlike(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
 	// --grace 2s: the hung ranks ignore SIGTERM; SIGKILL follows 2s after.
-	id := submit(t, dir, "job.sh", perNodeJob("", "--grace 2s", "--batch 64"))
-	info := waitEnd(t, id, 2*time.Minute)
-	out := readFile(t, filepath.Join(dir, "job.out"))
+	id := cl.Submit(t, dir, "job.sh", perNodeJob("", "--grace 2s", "--batch 64"))
+	info := cl.WaitEnd(t, id, 2*time.Minute)
+	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", out)
 		}
 	}()
-	wantState(t, info, "COMPLETED", "0:0")
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	second := cl.nodes[1].name
 	for k := range 2 {
 		rd := taskDir(dir, id, k)
-		gd := events(t, rd, "group_decision")
+		gd := slurmtest.Events(t, rd, "group_decision")
 		if len(gd) < 1 || gd[0]["attempt"] != 1.0 || gd[0]["verb"] != "relaunch" || gd[0]["from_rank"] != 1.0 ||
 			gd[0]["from_host"] != second || gd[0]["kind"] != "gpu_oom" {
 			t.Errorf("task %d: group decisions %v, want attempt 1 relaunched from the gpu_oom of member 1 on %s", k, gd, second)
 		}
-		dec := events(t, rd, "decision")
+		dec := slurmtest.Events(t, rd, "decision")
 		if len(dec) < 1 {
 			t.Fatalf("task %d: no decision", k)
 		}
 		if knobs, _ := dec[0]["knobs"].(map[string]any); knobs["batch"] != "32" {
 			t.Errorf("task %d: decision knobs %v, want batch 32", k, dec[0]["knobs"])
 		}
-		if n := len(events(t, rd, "attempt_start")); n != 2 {
+		if n := len(slurmtest.Events(t, rd, "attempt_start")); n != 2 {
 			t.Errorf("task %d: %d attempts, want 2", k, n)
 		}
 	}
 	// The first node's ranks hung in their collective: its gpuguard
 	// stopped them oom_grace after the leader heard of rank 3's OOM.
-	stops := events(t, taskDir(dir, id, 0), "group_stop")
+	stops := slurmtest.Events(t, taskDir(dir, id, 0), "group_stop")
 	if len(stops) != 1 || stops[0]["rank"] != 1.0 || stops[0]["host"] != second || stops[0]["stopped"] != true || stops[0]["grace_s"] != 1.0 {
 		t.Errorf("task 0: group stops %v, want one from member 1 on %s that stopped the job after 1s", stops, second)
 	}
-	ends := events(t, taskDir(dir, id, 0), "attempt_end")
+	ends := slurmtest.Events(t, taskDir(dir, id, 0), "attempt_end")
 	if reason := fmt.Sprint(ends[0]["stop_reason"]); !strings.Contains(reason, "rank 1 ("+second+") failed") || !strings.Contains(reason, "oom_grace (1s)") {
 		t.Errorf("task 0: attempt 1's stop reason %q, want rank 1's failure and oom_grace", reason)
 	}
@@ -93,19 +97,19 @@ func TestMultiNodeTorchrunOOMOnTheSecondNodeRelaunchesBothAlike(t *testing.T) {
 	if b32 != 4 {
 		t.Errorf("%d ranks launched with batch 32, want 4", b32)
 	}
-	wantContains(t, "the job's output", out, "rank 0 waits in all_reduce", "rank 1 waits in all_reduce", "rank 2 waits in all_reduce",
+	slurmtest.WantContains(t, "the job's output", out, "rank 0 waits in all_reduce", "rank 1 waits in all_reduce", "rank 2 waits in all_reduce",
 		"node 0 of 2 on "+cl.nodes[0].name+": 2 ranks: mnranks.py --batch 64", "node 1 of 2 on "+second+": 2 ranks: mnranks.py --batch 64",
 		"node 0 of 2 on "+cl.nodes[0].name+": 2 ranks: mnranks.py --batch 32", "node 1 of 2 on "+second+": 2 ranks: mnranks.py --batch 32")
 	for r := range 4 {
-		wantContains(t, "the job's output", out, fmt.Sprintf("rank %d on %s done batch=32", r, hostOfRank(r, 2)))
+		slurmtest.WantContains(t, "the job's output", out, fmt.Sprintf("rank %d on %s done batch=32", r, hostOfRank(r, 2)))
 	}
 	if strings.Contains(out, "still running") {
 		t.Errorf("a rank of the relaunch found a rank of attempt 1 running on its node")
 	}
-	wantContains(t, "the job's output", out,
+	slurmtest.WantContains(t, "the job's output", out,
 		"group: rank 1 on "+second+" failed first: attempt 1 died of GPU OOM",
 		"(rank 1 on "+second+" failed first; the group's leader decided)")
-	if oom, relaunched := stamp(out, "rank 3 oom at "), lastBatch(ls, 32); oom > 0 && relaunched > 0 {
+	if oom, relaunched := slurmtest.Stamp(out, "rank 3 oom at "), lastBatch(ls, 32); oom > 0 && relaunched > 0 {
 		t.Logf("from rank 3's OOM line to the last rank relaunched on both nodes: %.2f s (oom_grace 1 s, then --grace 2s: the hung ranks ignore SIGTERM)", relaunched-oom)
 	}
 }
@@ -126,31 +130,31 @@ func lastBatch(ls []launched, batch int) float64 {
 // form the group again, each finds its run directory, and the leader's go
 // starts attempt 3 with batch 32 on both nodes.
 func TestMultiNodeTorchrunRequeueContinuesOnBothNodes(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
-	id := submit(t, dir, "job.sh", perNodeJob("#SBATCH --requeue --open-mode=append", "", "--batch 64 --hold"))
+	id := cl.Submit(t, dir, "job.sh", perNodeJob("#SBATCH --requeue --open-mode=append", "", "--batch 64 --hold"))
 	out := filepath.Join(dir, "job.out")
 	for r := range 4 {
-		waitFile(t, out, fmt.Sprintf("rank %d on %s holds at batch=32", r, hostOfRank(r, 2)), 2*time.Minute)
+		slurmtest.WaitFile(t, out, fmt.Sprintf("rank %d on %s holds at batch=32", r, hostOfRank(r, 2)), 2*time.Minute)
 	}
-	run(t, dir, "scontrol", "requeue", id)
-	waitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
-	info := waitEnd(t, id, 3*time.Minute)
-	text := readFile(t, out)
+	cl.Run(t, dir, "scontrol", "requeue", id)
+	cl.WaitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
+	info := cl.WaitEnd(t, id, 3*time.Minute)
+	text := slurmtest.ReadFile(t, out)
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", text)
 		}
 	}()
-	wantState(t, info, "COMPLETED", "0:0")
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	for k := range 2 {
 		rd := taskDir(dir, id, k)
-		starts := events(t, rd, "attempt_start")
+		starts := slurmtest.Events(t, rd, "attempt_start")
 		if len(starts) != 3 {
 			t.Errorf("task %d: %d attempts over both runs, want 3", k, len(starts))
 		}
-		joins := events(t, rd, "group_join")
+		joins := slurmtest.Events(t, rd, "group_join")
 		if len(joins) != 2 {
 			t.Errorf("task %d: joined the group %d times, want twice (each run of the job)", k, len(joins))
 		}
@@ -169,7 +173,7 @@ func TestMultiNodeTorchrunRequeueContinuesOnBothNodes(t *testing.T) {
 			t.Errorf("after the requeue rank %d on %s ran with batch=%d, want 32", l.rank, l.host, l.batch)
 		}
 	}
-	wantContains(t, "the job's output", text, "resuming run", "attempt 3: ./mnnode.sh")
+	slurmtest.WantContains(t, "the job's output", text, "resuming run", "attempt 3: ./mnnode.sh")
 }
 
 // The second node cut off from the first while both train: its gpuguard
@@ -177,21 +181,21 @@ func TestMultiNodeTorchrunRequeueContinuesOnBothNodes(t *testing.T) {
 // gives up with exit status 76, relaunching nothing; the leader, which
 // lost its member, does the same.
 func TestMultiNodeTorchrunMemberCutOffGivesUp(t *testing.T) {
-	need(t)
+	cl.Need(t)
 	t.Parallel()
 	dir := workDir(t)
-	id := submit(t, dir, "job.sh", perNodeJob("", "--group-timeout 3s", "--batch 32 --hold"))
+	id := cl.Submit(t, dir, "job.sh", perNodeJob("", "--group-timeout 3s", "--batch 32 --hold"))
 	out := filepath.Join(dir, "job.out")
 	for r := range 4 {
-		waitFile(t, out, fmt.Sprintf("rank %d on %s holds at batch=32", r, hostOfRank(r, 2)), 2*time.Minute)
+		slurmtest.WaitFile(t, out, fmt.Sprintf("rank %d on %s holds at batch=32", r, hostOfRank(r, 2)), 2*time.Minute)
 	}
 	restore := cutLink(t, 1)
 	for k := range 2 {
-		waitFile(t, filepath.Join(taskDir(dir, id, k), "events.jsonl"), `"type":"group_lost"`, time.Minute)
+		slurmtest.WaitFile(t, filepath.Join(taskDir(dir, id, k), "events.jsonl"), `"type":"group_lost"`, time.Minute)
 	}
 	restore()
-	info := waitEnd(t, id, 2*time.Minute)
-	text := readFile(t, out)
+	info := cl.WaitEnd(t, id, 2*time.Minute)
+	text := slurmtest.ReadFile(t, out)
 	defer func() {
 		if t.Failed() {
 			t.Logf("the job's output:\n%s", text)
@@ -202,13 +206,13 @@ func TestMultiNodeTorchrunMemberCutOffGivesUp(t *testing.T) {
 	}
 	for k := range 2 {
 		rd := taskDir(dir, id, k)
-		if n := len(events(t, rd, "attempt_start")); n != 1 {
+		if n := len(slurmtest.Events(t, rd, "attempt_start")); n != 1 {
 			t.Errorf("task %d: %d attempts, want 1 (nothing relaunched)", k, n)
 		}
-		ends := events(t, rd, "run_end")
+		ends := slurmtest.Events(t, rd, "run_end")
 		if len(ends) != 1 || ends[0]["exit_code"] != 76.0 {
 			t.Errorf("task %d: run_end %v, want exit status 76", k, ends)
 		}
 	}
-	wantContains(t, "the job's output", text, "giving up without relaunching")
+	slurmtest.WantContains(t, "the job's output", text, "giving up without relaunching")
 }
