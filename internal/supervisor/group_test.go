@@ -87,20 +87,9 @@ fi
 echo "[rank$NODE]: done"
 `
 
-const groupPolicy = `version: 1
-knobs:
-  batch_size: {flag: --batch}
-  grad_accum: {flag: --accum}
-rules:
-  - name: train-oom
-    when: {kind: gpu_oom}
-    steps:
-      - halve: batch_size
-        compensate: grad_accum
-        min: 1
-oom_grace: 1s
-backoff: {initial: 10ms, factor: 1, max: 10ms, jitter: 0}
-checkpoints:
+// groupPolicy is the policy of the group tests: the torch test's, with
+// checkpoints to resume from and a notification file per node.
+const groupPolicy = distPolicy + `checkpoints:
   globs: [ckpt/step_*.pt]
   choose: highest_step
   pass: {flag: --resume}
