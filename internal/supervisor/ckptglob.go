@@ -1,12 +1,13 @@
 package supervisor
 
 import (
-	"bytes"
 	"fmt"
 
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 )
 
 // Checkpoint globs checked against what the job does. A glob that matches
@@ -15,41 +16,6 @@ import (
 // when a glob matches nothing now, and during a run, when the job says it
 // saved a checkpoint at a path no glob matches, gpuguard says so once, with
 // a glob that would.
-
-// savedRE matches the lines in which jobs say where they saved a checkpoint:
-// "saved checkpoint PATH", "Saved checkpoint to PATH", Hugging Face's
-// "Saving model checkpoint to PATH", Lightning's "Epoch N, global step M:
-// ... saving model to 'PATH'". The path is group 1 (quoted) or 2.
-var savedRE = regexp.MustCompile(`(?i:saved checkpoint(?: to)?|saving model checkpoint to|saving model to)\s+(?:['"]([^'"]+)['"]|(\S+))`)
-
-// savedWords prefilter the lines: every form holds one of them.
-var savedWords = [][]byte{[]byte("aved checkpoint"), []byte("aving model"), []byte("AVED CHECKPOINT")}
-
-// savedPath is the path a line of output says a checkpoint was saved at.
-func savedPath(text []byte) (string, bool) {
-	if len(text) > 4096 {
-		return "", false
-	}
-	hit := false
-	for _, w := range savedWords {
-		if bytes.Contains(text, w) {
-			hit = true
-			break
-		}
-	}
-	if !hit {
-		return "", false
-	}
-	m := savedRE.FindSubmatch(text)
-	if m == nil {
-		return "", false
-	}
-	p := string(m[1])
-	if p == "" {
-		p = strings.TrimRight(string(m[2]), ".,;:)")
-	}
-	return p, p != ""
-}
 
 // globsMatch reports whether a checkpoint glob (relative to wd) matches
 // path, or a directory holding it (a file saved inside a checkpoint
@@ -115,7 +81,7 @@ func (l *loop) checkSaved(text []byte) {
 	if l.pol == nil || l.unmatchedSaid.Load() {
 		return
 	}
-	path, ok := savedPath(text)
+	path, ok := checkpoint.SavedPath(text)
 	if !ok || globsMatch(l.spec.Globs, l.wd, path) {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 )
 
 // BenchmarkLineChecks is what the two per-line checks added to the scanner
@@ -12,6 +13,6 @@ func BenchmarkLineChecks(b *testing.B) {
 	line := []byte("Epoch 3:  45%|████▌     | 450/1000 [01:23<01:41,  5.42it/s, loss=0.412, v_num=3]")
 	for b.Loop() {
 		policy.RejectionLine(line)
-		savedPath(line)
+		checkpoint.SavedPath(line)
 	}
 }

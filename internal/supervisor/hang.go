@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
@@ -39,10 +39,6 @@ const stallWindow = 16
 // arrival: their near-zero intervals would make the rhythm look much faster
 // than it is.
 const stallBurst = 20 * time.Millisecond
-
-// savingRE: a line saying that a checkpoint is being saved. Until the next
-// step the job is saving, which has no steps: hang.max applies.
-var savingRE = regexp.MustCompile(`(?i)\b(sav(e|es|ing)|writ(e|es|ing)|serializ(e|es|ing))\b.*\b(checkpoint|ckpt|model|state[_ ]dict|weights)\b|\b(checkpoint|ckpt)\b.*\bsav(e|es|ing)\b`)
 
 // stallWatch follows one attempt's rhythm. The scanner goroutine feeds it
 // (line, step, phase); the watchdog goroutine reads it. Safe for concurrent
@@ -82,7 +78,7 @@ func (w *stallWatch) line(ln lines.Line) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lineText = string(ln.Text)
-	if !w.saving && savingRE.Match(ln.Text) {
+	if !w.saving && checkpoint.SavingLine(ln.Text) {
 		w.saving = true
 		w.poke()
 	}
