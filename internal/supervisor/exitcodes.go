@@ -32,26 +32,12 @@ func CheckExitCodes(mode string) error {
 	return &Error{Code: ExitUsage, Msg: fmt.Sprintf("--exit-codes %q is not one of %s", mode, strings.Join(policy.ExitCodeModes, ", "))}
 }
 
-// nodeTrouble reports whether v's failure points at the machine rather
-// than the job: a node failure, an NCCL timeout or network error, an ECC
-// error, a GPU that fell off the bus. Another node (or the same one, later)
-// may run the job.
-func nodeTrouble(v classify.Verdict) bool {
-	s := strings.ToLower(v.Reason + " " + v.Text)
-	for _, w := range []string{"node failure", "nccl timeout", "nccl error", "ecc error", "uncorrectable ecc", "fallen off the bus", "xid", "nvlink", "unable to determine the device handle"} {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
-}
-
 // classifyGiveUp says whether a scheduler's retry may help a run that gave
 // up after a failure v; budgetSpent: the policy's overall relaunch budget
 // was used up (false without a policy).
 func classifyGiveUp(v classify.Verdict, budgetSpent bool) giveUp {
 	switch {
-	case v.Kind == classify.KindHang, nodeTrouble(v), budgetSpent:
+	case v.Kind == classify.KindHang, v.Machine, budgetSpent:
 		return giveUpMayHelp
 	}
 	return giveUpCannotHelp // memory rules exhausted, a crash not retried

@@ -18,9 +18,7 @@ func TestClassifyGiveUp(t *testing.T) {
 		{classify.Verdict{Kind: classify.KindCrash, Reason: "CUDA illegal memory access"}, false, giveUpCannotHelp},
 		{classify.Verdict{Kind: classify.KindNone}, false, giveUpCannotHelp},
 		{classify.Verdict{Kind: classify.KindHang}, false, giveUpMayHelp},
-		{classify.Verdict{Kind: classify.KindCrash, Reason: "NCCL timeout"}, false, giveUpMayHelp},
-		{classify.Verdict{Kind: classify.KindCrash, Reason: "cancelled by Slurm (node failure)"}, false, giveUpMayHelp},
-		{classify.Verdict{Kind: classify.KindCrash, Text: "RuntimeError: CUDA error: uncorrectable ECC error encountered"}, false, giveUpMayHelp},
+		{classify.Verdict{Kind: classify.KindCrash, Reason: "NCCL timeout", Machine: true}, false, giveUpMayHelp},
 	} {
 		if got := classifyGiveUp(c.v, c.budget); got != c.want {
 			t.Errorf("%+v (budget spent %v): %d, want %d", c.v, c.budget, got, c.want)

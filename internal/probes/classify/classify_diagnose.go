@@ -92,6 +92,7 @@ func (c *Classifier) Verdict() Verdict {
 		}
 		v.SharedMemory = f.shm
 		v.Site = f.site
+		v.Machine = machineTrouble(f.reason, f.text)
 		v.Build = f.family == buildFamily
 		if f.worker && f.class == classMemory {
 			v.Requester = RequesterDataLoaderWorker
@@ -590,4 +591,20 @@ var crashExplain = map[string]string{
 	"bus_error":                  "A bus error in a data-loading process usually means the shared memory (/dev/shm) is too small.",
 	"nan_loss":                   "The loss became NaN: training diverged (or the data holds NaNs).",
 	"torchrun":                   "torchrun reports that a worker failed; the worker's own error, printed above, is the cause.",
+}
+
+// machineWords are the words of failures that point at the machine rather
+// than the job (Verdict.Machine), lower case.
+var machineWords = []string{"node failure", "nccl timeout", "nccl error", "ecc error", "uncorrectable ecc", "fallen off the bus", "xid", "nvlink", "unable to determine the device handle"}
+
+// machineTrouble reports whether a failure's reason or line names trouble
+// of the machine.
+func machineTrouble(reason, text string) bool {
+	s := strings.ToLower(reason + " " + text)
+	for _, w := range machineWords {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
 }

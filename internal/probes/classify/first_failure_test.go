@@ -336,3 +336,25 @@ func TestOOMSite(t *testing.T) {
 		})
 	}
 }
+
+// Failures of the machine rather than the job say so (Verdict.Machine): a
+// scheduler's retry elsewhere may help them, never an OOM's.
+func TestMachineTrouble(t *testing.T) {
+	for _, tc := range []struct {
+		name, log string
+		want      bool
+	}{
+		{"ECC", "RuntimeError: CUDA error: uncorrectable ECC error encountered\n", true},
+		{"NCCL watchdog timeout", "[rank1]:[E1125 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1024, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600030 milliseconds before timing out.\n", true},
+		{"Slurm node failure", "slurmstepd: error: *** JOB 4242 ON gn2 CANCELLED AT 2026-11-25T10:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n", true},
+		{"an OOM", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.\n", false},
+		{"a plain crash", "ValueError: bad shape\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := classifyString(t, tc.log, ClassifierOptions{})
+			if v.Kind == KindNone || v.Machine != tc.want {
+				t.Errorf("kind %s (%q) machine %v, want %v", v.Kind, v.Reason, v.Machine, tc.want)
+			}
+		})
+	}
+}

@@ -107,6 +107,11 @@ type Verdict struct {
 	// allocation that failed); empty when the log printed none. The
 	// policy's cause check compares it across attempts.
 	Site string `json:"site,omitempty"`
+	// Machine: the failure points at the machine rather than the job (a
+	// node failure, an NCCL timeout or network error, an ECC error, a GPU
+	// fallen off the bus, an Xid): another node, or the same one later, may
+	// run the job unchanged.
+	Machine bool `json:"machine,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`
