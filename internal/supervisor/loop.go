@@ -270,6 +270,13 @@ func (l *loop) attempts() int {
 				startStep = &s
 			}
 		}
+		// gpuguard's own allocator settings refused by an older PyTorch
+		// (allocopt.go): the attempt again without them, once.
+		if l.grp == nil && !terminated && res.Code != 0 && l.dropRefusedDefaults(n, v) {
+			row.decision = "relaunch without gpuguard's allocator settings"
+			l.rows = append(l.rows, row)
+			continue
+		}
 		// Group hook (supervisor/group.go): a member applies the leader's
 		// decision; the leader decides from the first failure of the group.
 		exit := classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs}

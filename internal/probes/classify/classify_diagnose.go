@@ -93,6 +93,7 @@ func (c *Classifier) Verdict() Verdict {
 		v.SharedMemory = f.shm
 		v.Site = f.site
 		v.Machine = machineTrouble(f.reason, f.text)
+		v.RefusedAllocOption = refusedAllocOption(f.text)
 		v.Build = f.family == buildFamily
 		if f.worker && f.class == classMemory {
 			v.Requester = RequesterDataLoaderWorker
@@ -607,4 +608,20 @@ func machineTrouble(reason, text string) bool {
 		}
 	}
 	return false
+}
+
+// refusedAllocOption is the allocator option a failure line says PyTorch
+// does not know ("RuntimeError: Unrecognized CachingAllocator option:
+// expandable_segments"), or "".
+func refusedAllocOption(text string) string {
+	const phrase = "Unrecognized CachingAllocator option: "
+	i := strings.Index(text, phrase)
+	if i < 0 {
+		return ""
+	}
+	opt := text[i+len(phrase):]
+	if j := strings.IndexAny(opt, " \t,:;\"'"); j >= 0 {
+		opt = opt[:j]
+	}
+	return opt
 }

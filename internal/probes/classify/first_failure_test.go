@@ -358,3 +358,15 @@ func TestMachineTrouble(t *testing.T) {
 		})
 	}
 }
+
+// PyTorch before 2.1 refuses expandable_segments at its first CUDA
+// allocation; the verdict names the option it refused.
+func TestRefusedAllocOption(t *testing.T) {
+	v := classifyString(t, "Traceback (most recent call last):\n  File \"/work/train.py\", line 12, in <module>\n    model = model.cuda()\nRuntimeError: Unrecognized CachingAllocator option: expandable_segments\n", ClassifierOptions{})
+	if v.Kind != KindCrash || v.RefusedAllocOption != "expandable_segments" {
+		t.Errorf("kind %s refused option %q, want a crash refusing expandable_segments", v.Kind, v.RefusedAllocOption)
+	}
+	if v := classifyString(t, "RuntimeError: CUDA error: out of resources\n", ClassifierOptions{}); v.RefusedAllocOption != "" {
+		t.Errorf("refused option %q on another error", v.RefusedAllocOption)
+	}
+}

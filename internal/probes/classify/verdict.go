@@ -112,6 +112,11 @@ type Verdict struct {
 	// fallen off the bus, an Xid): another node, or the same one later, may
 	// run the job unchanged.
 	Machine bool `json:"machine,omitempty"`
+	// RefusedAllocOption: the job died because its PyTorch does not know
+	// an option of PYTORCH_CUDA_ALLOC_CONF ("Unrecognized CachingAllocator
+	// option: expandable_segments", which PyTorch before 2.1 says at its
+	// first CUDA allocation): the option's name.
+	RefusedAllocOption string `json:"refused_alloc_option,omitempty"`
 
 	Phases      []PhaseMark `json:"phases"`
 	Diagnosis   string      `json:"diagnosis"`

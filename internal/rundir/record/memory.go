@@ -19,6 +19,9 @@ const (
 	WarnHostMemory WarningKind = "host_memory"            // host memory over 90% of the cgroup limit or RAM
 	WarnValPeak    WarningKind = "val_peak_near_capacity" // a validation peak within 5% of a GPU's capacity
 	WarnLeakTrend  WarningKind = "leak_trend"             // the same phase peaks higher run after run
+	// WarnAllocOption: the job's PyTorch refused an allocator option
+	// gpuguard added (not a memory warning; journalled as one warning).
+	WarnAllocOption WarningKind = "allocator_option_refused"
 )
 
 // MemoryWarning is a memory warning raised while the job runs

@@ -1,0 +1,49 @@
+package supervisor
+
+import (
+	"fmt"
+
+	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
+)
+
+// gpuguard adds expandable_segments:True to PYTORCH_CUDA_ALLOC_CONF, which
+// PyTorch knows from 2.1 on. An older one refuses the whole variable at its
+// first CUDA allocation ("Unrecognized CachingAllocator option:
+// expandable_segments") and the job dies before it trains. That failure is
+// gpuguard's own doing, not the job's: the attempt is run again, once,
+// without gpuguard's allocator settings (as --no-env would have), and the
+// user is told. An option the user set themselves is theirs to fix: the run
+// goes on to the policy, which sees a crash.
+
+// dropRefusedDefaults relaunches without gpuguard's allocator settings when
+// attempt n died because its PyTorch refused one of them; it reports
+// whether it did (the caller then starts the next attempt).
+func (l *loop) dropRefusedDefaults(n int, v classify.Verdict) bool {
+	opt := v.RefusedAllocOption
+	if opt == "" || l.cfg.NoEnv || !addedByGpuguard(l.userEnv, opt) {
+		return false
+	}
+	l.cfg.NoEnv = true
+	l.pjob.Env = l.userEnv
+	msg := fmt.Sprintf("attempt %d: this PyTorch does not know the allocator option %s, which gpuguard added to the job's allocator settings (PyTorch before 2.1 has no expandable_segments): relaunching without gpuguard's allocator settings (--no-env does so from the start)", n, opt)
+	l.job.Status.Printf("%s", msg)
+	l.job.RunDir.Write(record.Warning{Attempt: n, Kind: record.WarnAllocOption, Message: msg})
+	return true
+}
+
+// addedByGpuguard reports whether gpuguard's allocator defaults add opt to
+// env (rather than keep the user's own value of it).
+func addedByGpuguard(env []string, opt string) bool {
+	m, err := envinject.Merge(env, envinject.Defaults(), false)
+	if err != nil {
+		return false
+	}
+	for _, c := range m.Changes {
+		if c.Option == opt && c.Old == "" && c.From == "" {
+			return true
+		}
+	}
+	return false
+}
