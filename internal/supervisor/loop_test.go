@@ -583,3 +583,38 @@ func TestLoopSaysInterruptedForCtrlC(t *testing.T) {
 }
 
 func ptr64(v int64) *int64 { return &v }
+
+// After an OOM, only steps past the furthest one printed before it show
+// that the job went on: a launcher's late copy of earlier steps does not.
+func TestStepProgress(t *testing.T) {
+	g := classify.StepGlobal
+	ie := classify.StepInEpoch
+	step := func(kind classify.StepKind, s, epoch int64) classify.Event {
+		return classify.Event{Type: classify.EventStep, Step: s, StepKind: kind, Epoch: epoch}
+	}
+	for _, tc := range []struct {
+		name   string
+		before []classify.Event
+		after  classify.Event
+		want   bool
+	}{
+		{"the next step", []classify.Event{step(g, 5, -1)}, step(g, 6, -1), true},
+		{"a late copy of a step before the error", []classify.Event{step(g, 4, -1), step(g, 5, -1)}, step(g, 4, -1), false},
+		{"the same step again", []classify.Event{step(g, 5, -1)}, step(g, 5, -1), false},
+		{"a new epoch, its first batch", []classify.Event{step(ie, 900, 2)}, step(ie, 1, 3), true},
+		{"a batch of the same epoch printed late", []classify.Event{step(ie, 900, 2)}, step(ie, 899, 2), false},
+		{"a counter not seen before the error", []classify.Event{step(ie, 900, 2)}, step(g, 10, 2), true},
+		{"no step before the error", nil, step(g, 1, -1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p stepProgress
+			for _, ev := range tc.before {
+				p.step(ev)
+			}
+			p.failed()
+			if got := p.step(tc.after); got != tc.want {
+				t.Errorf("step(%+v) after the error = %v, want %v", tc.after, got, tc.want)
+			}
+		})
+	}
+}

@@ -68,7 +68,11 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 	// on printing steps, and must not be stopped.
 	// Only the failing rank's steps (or steps naming no rank) count: other
 	// ranks may print steps they took before they hung in a collective.
+	// Only steps past the furthest one printed before the error count: a
+	// launcher that copies its workers' logs to the console a moment late
+	// (torchrun's --tee) prints steps taken before the error after it.
 	var stepsSince atomic.Int64
+	var progress stepProgress // scanner goroutine only
 	// recovered: the job said it recovered from its last out-of-memory
 	// error (classify.EventRecovered); reset by the next one.
 	var recovered atomic.Bool
@@ -96,7 +100,8 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 				if ev.Epoch >= 0 {
 					epoch = ev.Epoch
 				}
-				if fr := failRank.Load(); fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr {
+				beyond := progress.step(ev)
+				if fr := failRank.Load(); beyond && (fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr) {
 					stepsSince.Add(1)
 				}
 			case classify.EventPhase:
@@ -113,6 +118,7 @@ func (l *loop) runOne(n int, p launchPlan) (attemptRow, classify.Verdict, attemp
 					l.grp.oom(n, ev, grace) // Group hook: the leader stops the other nodes' jobs
 					failRank.Store(int64(ev.Rank))
 					stepsSince.Store(0)
+					progress.failed()
 					recovered.Store(false)
 					select {
 					case failed <- struct{}{}:

@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"fmt"
+	"maps"
 	"time"
+
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 // graceAttempt is what the OOM grace watch asks of a running attempt.
@@ -59,4 +62,47 @@ func (l *loop) watchOOMGrace(a graceAttempt, failed <-chan struct{}, grace time.
 // or it said it recovered from it.
 func wentOn(stepsSince int64, recovered bool) bool {
 	return recovered || stepsSince >= 2
+}
+
+// stepProgress tells a step printed after an out-of-memory error that the
+// job took after it from one it took before, printed late: after the
+// error, a step counts only when it is past the furthest step of its kind
+// (or its epoch past the furthest epoch) printed before the error.
+type stepProgress struct {
+	most, atFail           map[classify.StepKind]int64
+	mostEpoch, epochAtFail int64
+	sinceFail              bool
+}
+
+// step notes ev (an EventStep) and reports whether it is past where the
+// job was at the last error (true before any error).
+func (p *stepProgress) step(ev classify.Event) bool {
+	if p.most == nil {
+		p.most, p.mostEpoch, p.epochAtFail = map[classify.StepKind]int64{}, -1, -1
+	}
+	if ev.Step >= 0 {
+		if m, ok := p.most[ev.StepKind]; !ok || ev.Step > m {
+			p.most[ev.StepKind] = ev.Step
+		}
+	}
+	p.mostEpoch = max(p.mostEpoch, ev.Epoch)
+	if !p.sinceFail {
+		return true
+	}
+	if ev.Epoch > p.epochAtFail {
+		return true
+	}
+	at, ok := p.atFail[ev.StepKind]
+	return ev.Step >= 0 && (!ok || ev.Step > at)
+}
+
+// failed marks an out-of-memory error: later steps are measured against
+// the furthest ones printed so far.
+func (p *stepProgress) failed() {
+	if p.most == nil {
+		p.most, p.mostEpoch = map[classify.StepKind]int64{}, -1
+	}
+	p.atFail = maps.Clone(p.most)
+	p.epochAtFail = p.mostEpoch
+	p.sinceFail = true
 }
