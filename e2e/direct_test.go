@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -106,6 +107,14 @@ func TestTrainBatchTooLargeOOM(t *testing.T) {
 	needTorch(t)
 	out := t.TempDir()
 	r := job(t, jobEnv("VAL_CROP_SIZE=64"), asWrapper(t), out, "--workers", "0", "--batch-size", "256")
+	if r.code == 128+int(syscall.SIGSEGV) {
+		// About one run in fifteen under go test, the address-space limit is
+		// first hit by an allocation outside PyTorch's allocator, in code
+		// that does not check it, and the job dies of SIGSEGV (never seen
+		// in 25 runs of the same command alone). That run shows nothing of
+		// the allocator's error; faulthandler says where it died.
+		t.Skipf("the job died of SIGSEGV, not of the allocator's error (an unchecked allocation hit the limit first):\n%s", dump(r))
+	}
 	if r.code != 1 {
 		t.Fatalf("want exit 1 (Python's uncaught RuntimeError):\n%s", dump(r))
 	}

@@ -191,7 +191,8 @@ func jobEnv(extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(append(env, "OMP_NUM_THREADS=1"), extra...)
+	// PYTHONFAULTHANDLER: a job that dies of a signal prints where.
+	return append(append(env, "OMP_NUM_THREADS=1", "PYTHONFAULTHANDLER=1"), extra...)
 }
 
 // result is how a job or a gpuguard run ended.
