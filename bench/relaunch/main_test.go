@@ -53,66 +53,58 @@ func TestExamplePolicyOnShapes(t *testing.T) {
 	}
 }
 
-// The fit action against halving, on every fitShape: both fit; fit never
+// againstHalving runs fit (with the probe, or not) and plain halving on
+// every fitShape and checks what both comparisons ask: both fit; fit never
 // needs more relaunches than halving, and fewer over all the shapes; it
-// never ends above the largest value that fits; and where the failing
-// request is the step's one large allocation (the logits shapes) it ends
-// closer to the feasible value than halving in fewer relaunches.
-func TestFitAgainstHalving(t *testing.T) {
+// never ends above the largest value that fits. each checks the rest, per
+// shape.
+func againstHalving(t *testing.T, label string, probe bool, each func(s fitShape, f, h fitResult)) {
+	t.Helper()
 	var fitSum, halveSum int
 	for _, s := range fitShapes {
-		f, h := runFit("fit", true, false, s), runFit("halve", false, false, s)
+		f, h := runFit("fit", true, probe, s), runFit("halve", false, false, s)
 		if !f.fit || !h.fit {
-			t.Errorf("%s: fit %v (%s), halve %v (%s)", s.name, f.fit, f.why, h.fit, h.why)
+			t.Errorf("%s: %s %v (%s), halve %v (%s)", s.name, label, f.fit, f.why, h.fit, h.why)
 			continue
 		}
 		fitSum += f.relaunches
 		halveSum += h.relaunches
 		if f.relaunches > h.relaunches {
-			t.Errorf("%s: fit %d relaunches to %d, halving %d to %d", s.name, f.relaunches, f.value, h.relaunches, h.value)
+			t.Errorf("%s: %s %d relaunches to %d, halving %d to %d", s.name, label, f.relaunches, f.value, h.relaunches, h.value)
 		}
 		if feas := s.feasible(); f.value > feas {
-			t.Errorf("%s: fit ends at %d, above the feasible %d", s.name, f.value, feas)
+			t.Errorf("%s: %s ends at %d, above the feasible %d", s.name, label, f.value, feas)
 		}
+		each(s, f, h)
+	}
+	if fitSum >= halveSum {
+		t.Errorf("%s %d relaunches over the shapes, halving %d: want fewer", label, fitSum, halveSum)
+	}
+}
+
+// The fit action against halving; where the failing request is the step's
+// one large allocation (the logits shapes) fit also ends closer to the
+// feasible value than halving in fewer relaunches.
+func TestFitAgainstHalving(t *testing.T) {
+	againstHalving(t, "fit", false, func(s fitShape, f, h fitResult) {
 		if s.lastPerUnit > 0 && (f.relaunches >= h.relaunches || float64(f.value) < 0.85*float64(s.feasible())) {
 			t.Errorf("%s: one large allocation: fit %d relaunches to %d, halving %d to %d, feasible %d",
 				s.name, f.relaunches, f.value, h.relaunches, h.value, s.feasible())
 		}
-	}
-	if fitSum >= halveSum {
-		t.Errorf("fit %d relaunches over the shapes, halving %d: want fewer", fitSum, halveSum)
-	}
+	})
 }
 
-// fit told the failing layer's place, as the torch probe reports it: on no
-// shape more relaunches than halving, fewer over all the shapes, never above
-// the largest value that fits, and where the failure is a layer of a
-// forward with grad, the decision says which block it used.
+// fit told the failing layer's place, as the torch probe reports it,
+// against halving; where the failure is a layer of a forward with grad, the
+// decision says which block it used.
 func TestFitWithTheProbe(t *testing.T) {
-	var fitSum, halveSum int
-	for _, s := range fitShapes {
-		f, h := runFit("fit", true, true, s), runFit("halve", false, false, s)
-		if !f.fit || !h.fit {
-			t.Errorf("%s: fit %v (%s), halve %v (%s)", s.name, f.fit, f.why, h.fit, h.why)
-			continue
-		}
-		fitSum += f.relaunches
-		halveSum += h.relaunches
-		if f.relaunches > h.relaunches {
-			t.Errorf("%s: fit with the probe %d relaunches to %d, halving %d to %d", s.name, f.relaunches, f.value, h.relaunches, h.value)
-		}
-		if feas := s.feasible(); f.value > feas {
-			t.Errorf("%s: fit with the probe ends at %d, above the feasible %d", s.name, f.value, feas)
-		}
+	againstHalving(t, "fit with the probe", true, func(s fitShape, f, _ fitResult) {
 		_, _, _, block, _ := s.attempt(s.value)
 		inForward := block != nil && !block.Backward && !block.NoGrad
 		if inForward && (len(f.decisions) == 0 || !strings.Contains(f.decisions[0], fmt.Sprintf("block %d of %d in forward", block.Index+1, block.Of))) {
 			t.Errorf("%s: failed at block %d of %d in forward, and the decision does not say so: %q", s.name, block.Index+1, block.Of, f.decisions)
 		}
-	}
-	if fitSum >= halveSum {
-		t.Errorf("fit with the probe %d relaunches over the shapes, halving %d: want fewer", fitSum, halveSum)
-	}
+	})
 }
 
 // The simulated job is PyTorch-like where the comparison depends on it: a
