@@ -91,7 +91,7 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=1 --label python3 mnl
 			b.Fatalf("job %s: no %q:\n%s", id, want, out)
 		}
 	}
-	up = (lastLaunch(by[order[1]]) - oom) * 1000
+	up = (lastLaunch(by[order[1]], -1) - oom) * 1000
 	runDir := slurmtest.RunDir(dir, id)
 	evs, err := slurmtest.ReadEvents(runDir, "attempt_start", "attempt_end")
 	if err != nil {

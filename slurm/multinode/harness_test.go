@@ -384,3 +384,16 @@ func jobProcs(jobID string) []proc {
 	}
 	return out
 }
+
+// jobEnd waits, within the bound, for job id to end, and reads its output
+// file, which is logged if the test fails (the wait included).
+func jobEnd(t *testing.T, id, outFile string, within time.Duration) (info map[string]string, out string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the job's output:\n%s", slurmtest.TryRead(outFile))
+		}
+	})
+	info = cl.WaitEnd(t, id, within)
+	return info, slurmtest.ReadFile(t, outFile)
+}

@@ -57,13 +57,7 @@ func TestMultiNodeRealTorchrunOOMOnTheSecondNode(t *testing.T) {
 	t.Parallel()
 	dir := workDir(t)
 	id := cl.Submit(t, dir, "job.sh", realTorchJob())
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", slurmtest.TryRead(filepath.Join(dir, "job.out")))
-		}
-	}()
-	info := cl.WaitEnd(t, id, 3*time.Minute)
-	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
+	info, out := jobEnd(t, id, filepath.Join(dir, "job.out"), 3*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	second := cl.nodes[1].name
 

@@ -98,13 +98,7 @@ func TestMultiNodeSrunRankOOMOnTheSecondNode(t *testing.T) {
 #SBATCH -o job.out
 exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=2 --label python3 mnranks.py --batch 64
 `, cl.GG))
-	info := cl.WaitEnd(t, id, 2*time.Minute)
-	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", out)
-		}
-	}()
+	info, out := jobEnd(t, id, filepath.Join(dir, "job.out"), 2*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	runDir := slurmtest.RunDir(dir, id)
 
@@ -158,16 +152,19 @@ exec %s run --policy mn.yaml -- srun -N2 --ntasks-per-node=2 --label python3 mnr
 	if strings.Contains(out, "still running") {
 		t.Errorf("a rank of attempt 2 found a rank of attempt 1 running on its node")
 	}
-	if oom, relaunched := slurmtest.Stamp(out, "3: rank 3 oom at "), lastLaunch(by[order[1]]); oom > 0 && relaunched > 0 {
+	if oom, relaunched := slurmtest.Stamp(out, "3: rank 3 oom at "), lastLaunch(by[order[1]], -1); oom > 0 && relaunched > 0 {
 		t.Logf("from rank 3's OOM line to the relaunched step running on both nodes: %.2f s (oom_grace 1 s, srun's teardown on both nodes, a new step)", relaunched-oom)
 	}
 }
 
-// lastLaunch is when the last rank of a step started.
-func lastLaunch(ls []launched) float64 {
+// lastLaunch is when the last rank launched with batch started (any
+// batch when batch < 0).
+func lastLaunch(ls []launched, batch int) float64 {
 	var last float64
 	for _, l := range ls {
-		last = max(last, l.at)
+		if batch < 0 || l.batch == batch {
+			last = max(last, l.at)
+		}
 	}
 	return last
 }
@@ -196,13 +193,7 @@ exec %s run --policy mn.yaml -- srun -N2 --label python3 mnranks.py --batch 64 -
 	}
 	cl.Run(t, dir, "scontrol", "requeue", id)
 	cl.WaitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
-	info := cl.WaitEnd(t, id, 2*time.Minute)
-	text := slurmtest.ReadFile(t, out)
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", text)
-		}
-	}()
+	info, text := jobEnd(t, id, out, 2*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	order, by := stepsOf(launches(text))
 	if len(order) != 3 {
@@ -255,13 +246,7 @@ func TestMultiNodeSrunTorchrunRankOOMOnTheSecondNode(t *testing.T) {
 export MNRANKS_HANG_TERM=default
 exec %s run --policy mn.yaml -- %s --batch 64
 `, cl.GG, launcher))
-	info := cl.WaitEnd(t, id, 2*time.Minute)
-	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", out)
-		}
-	}()
+	info, out := jobEnd(t, id, filepath.Join(dir, "job.out"), 2*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	runDir := slurmtest.RunDir(dir, id)
 	second := cl.nodes[1].name

@@ -44,13 +44,7 @@ func TestMultiNodeTorchrunOOMOnTheSecondNodeRelaunchesBothAlike(t *testing.T) {
 	dir := workDir(t)
 	// --grace 2s: the hung ranks ignore SIGTERM; SIGKILL follows 2s after.
 	id := cl.Submit(t, dir, "job.sh", perNodeJob("", "--grace 2s", "--batch 64"))
-	info := cl.WaitEnd(t, id, 2*time.Minute)
-	out := slurmtest.ReadFile(t, filepath.Join(dir, "job.out"))
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", out)
-		}
-	}()
+	info, out := jobEnd(t, id, filepath.Join(dir, "job.out"), 2*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	second := cl.nodes[1].name
 	for k := range 2 {
@@ -109,20 +103,9 @@ func TestMultiNodeTorchrunOOMOnTheSecondNodeRelaunchesBothAlike(t *testing.T) {
 	slurmtest.WantContains(t, "the job's output", out,
 		"group: rank 1 on "+second+" failed first: attempt 1 died of GPU OOM",
 		"(rank 1 on "+second+" failed first; the group's leader decided)")
-	if oom, relaunched := slurmtest.Stamp(out, "rank 3 oom at "), lastBatch(ls, 32); oom > 0 && relaunched > 0 {
+	if oom, relaunched := slurmtest.Stamp(out, "rank 3 oom at "), lastLaunch(ls, 32); oom > 0 && relaunched > 0 {
 		t.Logf("from rank 3's OOM line to the last rank relaunched on both nodes: %.2f s (oom_grace 1 s, then --grace 2s: the hung ranks ignore SIGTERM)", relaunched-oom)
 	}
-}
-
-// lastBatch is when the last rank launched with batch started.
-func lastBatch(ls []launched, batch int) float64 {
-	var last float64
-	for _, l := range ls {
-		if l.batch == batch {
-			last = max(last, l.at)
-		}
-	}
-	return last
 }
 
 // A requeue after the relaunch: both nodes relaunched with batch 32 and
@@ -140,13 +123,7 @@ func TestMultiNodeTorchrunRequeueContinuesOnBothNodes(t *testing.T) {
 	}
 	cl.Run(t, dir, "scontrol", "requeue", id)
 	cl.WaitJob(t, id, time.Minute, "requeued", func(info map[string]string) bool { return info["Restarts"] == "1" })
-	info := cl.WaitEnd(t, id, 3*time.Minute)
-	text := slurmtest.ReadFile(t, out)
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", text)
-		}
-	}()
+	info, text := jobEnd(t, id, out, 3*time.Minute)
 	slurmtest.WantState(t, info, "COMPLETED", "0:0")
 	for k := range 2 {
 		rd := taskDir(dir, id, k)
@@ -194,13 +171,7 @@ func TestMultiNodeTorchrunMemberCutOffGivesUp(t *testing.T) {
 		slurmtest.WaitFile(t, filepath.Join(taskDir(dir, id, k), "events.jsonl"), `"type":"group_lost"`, time.Minute)
 	}
 	restore()
-	info := cl.WaitEnd(t, id, 2*time.Minute)
-	text := slurmtest.ReadFile(t, out)
-	defer func() {
-		if t.Failed() {
-			t.Logf("the job's output:\n%s", text)
-		}
-	}()
+	info, text := jobEnd(t, id, out, 2*time.Minute)
 	if info["JobState"] == "COMPLETED" {
 		t.Errorf("job %s COMPLETED after its nodes were cut apart", id)
 	}
