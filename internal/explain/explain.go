@@ -333,21 +333,6 @@ func writeJSON(w io.Writer, r result) error {
 	return enc.Encode(j)
 }
 
-// kindTitle is the headline of a kind.
-func kindTitle(v classify.Verdict) string {
-	switch v.Kind {
-	case classify.KindGPUOOM:
-		return "GPU out of memory"
-	case classify.KindCPUAllocOOM:
-		return "host memory allocation failed"
-	case classify.KindHostOOM:
-		return "killed for host memory"
-	case classify.KindCrash:
-		return "failed, not for memory"
-	}
-	return "no failure found"
-}
-
 const wrapWidth = 100
 
 // writeText renders a verdict for a person.
@@ -357,7 +342,7 @@ func writeText(w *bufio.Writer, r result) error {
 	if r.Attempt > 0 {
 		name += fmt.Sprintf(", attempt %d", r.Attempt)
 	}
-	fmt.Fprintf(w, "%s: %s (%s)\n", name, kindTitle(v), v.Kind)
+	fmt.Fprintf(w, "%s: %s (%s)\n", name, v.Kind.Title(), v.Kind)
 	field := func(name, value string) {
 		if value == "" {
 			return

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strconv"
@@ -209,7 +210,7 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	}
 	figures := fmt.Sprintf("%s needed at least %s (%s + the %s request), over %s; %s of it in use when %s began (fixed), %s grew with %s",
 		val, humanize.Size(int64(need)), used, humanize.Size(int64(f.req)), under,
-		humanize.Size(int64(fixed)), phaseName(out.Verdict.Phase), humanize.Size(int64(seen)), a.knob)
+		humanize.Size(int64(fixed)), cmp.Or(string(out.Verdict.Phase), "the phase"), humanize.Size(int64(seen)), a.knob)
 	for _, s := range out.seen {
 		sv, err := strconv.ParseFloat(s.Values[a.knob], 64)
 		if err != nil || s.Phase != out.Verdict.Phase || s.Fixed <= 0 || sv <= 0 || sv == v || s.Attempt >= out.Attempt {
@@ -260,13 +261,6 @@ func (a *fitAction) root(x float64) float64 {
 		return math.Sqrt(x)
 	}
 	return x
-}
-
-func phaseName(p classify.Phase) string {
-	if p == "" {
-		return "the phase"
-	}
-	return string(p)
 }
 
 // estimateNoStart is the estimate from the error's figures alone, when the

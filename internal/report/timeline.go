@@ -149,22 +149,9 @@ func scanTimeline(path string) (*timelineInfo, error) {
 			}
 			sum.Phases = append(sum.Phases, *ps)
 		}
-		sort.Slice(sum.Phases, func(i, j int) bool { return phaseKey(sum.Phases[i].Phase) < phaseKey(sum.Phases[j].Phase) })
+		sort.Slice(sum.Phases, func(i, j int) bool { return sum.Phases[i].Phase.Less(sum.Phases[j].Phase) })
 	}
 	return ti, nil
-}
-
-// phaseKey orders phases as the sampler does: train, val, others, none.
-func phaseKey(p classify.Phase) string {
-	switch p {
-	case classify.PhaseTrain:
-		return "0"
-	case classify.PhaseVal:
-		return "1"
-	case classify.PhaseNone:
-		return "3"
-	}
-	return "2" + strings.ToLower(string(p))
 }
 
 // deviceLess orders gpu2 before gpu10, GPUs before host, cgroup, ram.

@@ -323,7 +323,7 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 	default:
 		s := "No failure found"
 		if v.Phase != PhaseNone {
-			s += "; the log ends in " + phaseWord(v.Phase)
+			s += "; the log ends in " + v.Phase.Words()
 			if n := len(v.Phases); n > 0 {
 				s += " (since line " + itoa(int64(v.Phases[n-1].Line)) + ")"
 			}
@@ -376,13 +376,6 @@ func hostAdvice(v *Verdict, add func(...string)) {
 	default:
 		add(adviceWorkers, adviceWorkersData)
 	}
-}
-
-func phaseWord(p Phase) string {
-	if p == PhaseVal {
-		return "validation"
-	}
-	return "training"
 }
 
 // gpuOOMFigures states the message's figures in GiB.

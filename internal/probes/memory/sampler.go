@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -701,7 +701,7 @@ func (s *Sampler) leakTrend(p classify.Phase, dev string, h []memRunPeak, get fu
 		w.Epoch = -1
 	}
 	w.Message = fmt.Sprintf("%s peak on %s grew %d times in a row (%s → %s over %ss %d-%d), about %s per %s",
-		memPhaseName(p), dev, n-1, humanize.Bytes(v0), humanize.Bytes(v1), unit, first.label, last.label, humanize.Bytes(growth), unit)
+		cmp.Or(p.Words(), "(no phase)"), dev, n-1, humanize.Bytes(v0), humanize.Bytes(v1), unit, first.label, last.label, humanize.Bytes(growth), unit)
 	if capacity > v1 {
 		left := (capacity - v1 + growth - 1) / growth
 		w.FailEpoch = last.label + int64(left)
@@ -712,18 +712,6 @@ func (s *Sampler) leakTrend(p classify.Phase, dev string, h []memRunPeak, get fu
 	}
 	w.Message += " (a leak: tensors kept across iterations, a growing cache, metrics accumulated on the device?)"
 	return w, true
-}
-
-func memPhaseName(p classify.Phase) string {
-	switch p {
-	case classify.PhaseVal:
-		return "validation"
-	case classify.PhaseTrain:
-		return "training"
-	case classify.PhaseNone:
-		return "(no phase)"
-	}
-	return string(p)
 }
 
 // Summary returns the peaks so far, per phase. Safe to call at any time,
@@ -745,7 +733,7 @@ func (s *Sampler) Summary() Summary {
 	for p := range s.acc {
 		phases = append(phases, p)
 	}
-	sort.Slice(phases, func(i, j int) bool { return memPhaseOrder(phases[i]) < memPhaseOrder(phases[j]) })
+	sort.Slice(phases, func(i, j int) bool { return phases[i].Less(phases[j]) })
 	for _, p := range phases {
 		a := s.acc[p]
 		ps := PhaseSummary{Phase: p, Samples: a.samples, HostPeakBytes: a.host, HostLimitBytes: a.hostLimit, HostPeakMs: a.hostMs,
@@ -772,17 +760,4 @@ func (s *Sampler) Summary() Summary {
 		out.Phases = append(out.Phases, ps)
 	}
 	return out
-}
-
-// memPhaseOrder sorts train, val, other phases by name, then "".
-func memPhaseOrder(p classify.Phase) string {
-	switch p {
-	case classify.PhaseTrain:
-		return "0"
-	case classify.PhaseVal:
-		return "1"
-	case classify.PhaseNone:
-		return "3"
-	}
-	return "2" + strings.ToLower(string(p))
 }
