@@ -22,6 +22,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // busyFraction: doctor exits 1 when a GPU the job will use already has more
@@ -219,16 +220,10 @@ func describeProcess(procRoot string, p *process) {
 	ppid := procPPID(procRoot, p.PID)
 	env, envErr := os.ReadFile(dir + "/environ")
 	if envErr == nil {
-		for _, kv := range strings.Split(string(env), "\x00") {
-			switch {
-			case strings.HasPrefix(kv, "GPUGUARD_PID="):
-				p.GpuguardPID, _ = strconv.Atoi(kv[len("GPUGUARD_PID="):])
-			case strings.HasPrefix(kv, "GPUGUARD_RUN_DIR="):
-				p.RunDir = kv[len("GPUGUARD_RUN_DIR="):]
-			case strings.HasPrefix(kv, "GPUGUARD_ATTEMPT="):
-				p.Attempt = kv[len("GPUGUARD_ATTEMPT="):]
-			}
-		}
+		vars := strings.Split(string(env), "\x00")
+		p.GpuguardPID, _ = strconv.Atoi(envlist.Get(vars, record.EnvPID))
+		p.RunDir = envlist.Get(vars, record.EnvRunDir)
+		p.Attempt = envlist.Get(vars, record.EnvAttempt)
 	}
 	switch {
 	case p.GpuguardPID > 0:
@@ -266,20 +261,11 @@ func describeProcess(procRoot string, p *process) {
 
 // procPPID reads the parent PID (0 when unknown).
 func procPPID(procRoot string, pid int) int {
-	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.ReadStat(procRoot, pid)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[1])
-	return n
+	return st.PPID
 }
 
 // hasAncestor says whether anc is an ancestor of pid.

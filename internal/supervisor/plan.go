@@ -10,6 +10,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/torchprobe"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // The launch plan: what one attempt is started with. Every attempt, the
@@ -20,9 +21,9 @@ import (
 // Environment variables gpuguard sets in every attempt's environment, so that
 // `gpuguard doctor` can tell which run a GPU-holding process belongs to.
 const (
-	envRunDir  = "GPUGUARD_RUN_DIR"
-	envPID     = "GPUGUARD_PID"
-	envAttempt = "GPUGUARD_ATTEMPT"
+	envRunDir  = record.EnvRunDir
+	envPID     = record.EnvPID
+	envAttempt = record.EnvAttempt
 )
 
 // planInput is what a launch plan is computed from.
