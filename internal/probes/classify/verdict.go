@@ -1,7 +1,7 @@
-// Package probes observes a training job from the outside: its output (the
-// failure classifier and phase markers), its memory (GPU through NVML, host
-// through /proc and the cgroup) and its checkpoints. Probes observe and
-// report; they never decide what to do about what they see.
+// Package classify is the output classifier: it reads a training job's output
+// line by line and says what it shows (phases, training steps, a failure and
+// its figures) and, once the job has ended, what it died of (Verdict). It is
+// pure: text in, verdict out; it observes and never decides what to do.
 package classify
 
 import (
