@@ -26,13 +26,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
-		"gpuguard": main,
-		"fake-trainer": func() {
-			os.Exit(supervisortest.FakeTrainer([]string{"fake-trainer"}, os.Args[1:]))
-		},
-	})
+	supervisortest.Main(m, helpers, supervisortest.Programs("gpuguard", supervisortest.TrainerProgram))
 }
+
+var helpers = supervisortest.Modes("print", "mixed", "exit", "kill", "trap", "tree", "stdin", "printenv", "istty", "winsize").
+	With(supervisortest.Helpers{"gpuguard": func([]string) int { main(); return 0 }})
 
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{

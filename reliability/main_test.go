@@ -25,36 +25,29 @@ import (
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
-// The test binary plays every program the suite needs, chosen by its first
-// argument:
+// The test binary plays every program the suite needs (supervisortest.Main),
+// chosen by its first argument:
 //
-//	-fake MODE ...                  the fake trainer of supervisortest
+//	MODE ...                        the fake trainer's modes (supervisortest.Trainer)
 //	-job MODE ...                   the jobs of this package (runJob)
 //	-gpuguard [FLAGS] -- CMD ...    gpuguard itself: supervisor.Run, as main.go calls it
 //	run -- gpuguard-internal-watchdog   an attempt's watchdog (supervisor.Run hands it over)
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "-fake":
-			os.Exit(supervisortest.FakeTrainer([]string{self(), "-fake"}, os.Args[2:]))
-		case "-job":
-			os.Exit(runJob(os.Args[2:]))
-		case "-gpuguard":
-			os.Exit(runAsGpuguard(os.Args[2:]))
-		case "run":
-			if len(os.Args) > 3 && supervisor.IsWatchdogInvocation(os.Args[3:]) {
-				os.Exit(supervisor.Run(supervisor.Config{Argv: os.Args[3:]}))
-			}
+//
+// Orphans of the gpuguard processes the tests kill with SIGKILL come back to
+// the test process (a subreaper), which reaps them (see gone).
+func TestMain(m *testing.M) { supervisortest.Main(m, helpers, supervisortest.Subreaper()) }
+
+var helpers = supervisortest.Modes("record", "printenv").With(supervisortest.Helpers{
+	"-job":      runJob,
+	"-gpuguard": runAsGpuguard,
+	"run": func(args []string) int {
+		if len(args) < 1 || !supervisor.IsWatchdogInvocation(args[1:]) {
+			fmt.Fprintf(os.Stderr, "run %q: not an attempt's watchdog (GPUGUARD_WATCHDOG unset?)\n", args)
+			return supervisor.ExitUsage
 		}
-	}
-	// Orphans of the gpuguard processes the tests kill with SIGKILL come
-	// back to the test process, which reaps them (see gone).
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "reliability: cannot become a child subreaper:", err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+		return supervisor.Run(supervisor.Config{Argv: args[1:]})
+	},
+})
 
 func self() string {
 	exe, err := os.Executable()
@@ -65,10 +58,10 @@ func self() string {
 }
 
 // fake is the argv of the supervisortest fake trainer in mode.
-func fake(mode ...string) []string { return append([]string{self(), "-fake"}, mode...) }
+func fake(mode ...string) []string { return supervisortest.Argv(mode[0], mode[1:]...) }
 
 // job is the argv of one of this package's jobs.
-func job(mode ...string) []string { return append([]string{self(), "-job"}, mode...) }
+func job(mode ...string) []string { return supervisortest.Argv("-job", mode...) }
 
 // runAsGpuguard is `gpuguard run` with the flags of main.go that the suite
 // uses; it returns what supervisor.Run returns.

@@ -24,35 +24,34 @@ import (
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
-// The test binary plays three more roles, chosen by its arguments:
+// The test binary plays the programs these tests run (supervisortest.Main),
+// chosen by its first argument:
 //
-//	-fake MODE ...                     the fake trainer (supervisortest)
+//	MODE ...                           the fake trainer's modes (supervisortest.Trainer)
 //	-gpuguard PTY GRACE RUNDIR -- CMD  gpuguard itself: Run with that config
 //	-gpuguard-group WHERE RANK SIZE TIMEOUT RUNDIR POLICY -- CMD
 //	                                   gpuguard in a group (group_test.go)
 //	run -- gpuguard-internal-watchdog  an attempt's watchdog
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "-fake":
-			os.Exit(supervisortest.FakeTrainer(fakeSelf(), os.Args[2:]))
-		case "-gpuguard":
-			os.Exit(runAsGpuguard(os.Args[2:]))
-		case "-gpuguard-group":
-			os.Exit(runAsGroupMember(os.Args[2:]))
-		case "run":
-			if IsWatchdogInvocation(os.Args[3:]) {
-				os.Exit(watchdogMain())
-			}
-		}
+//
+// Orphans of the gpuguard subprocesses these tests kill come back to the
+// test process (a subreaper), which reaps them (see gone).
+func TestMain(m *testing.M) { supervisortest.Main(m, helpers, supervisortest.Subreaper()) }
+
+var helpers = supervisortest.Modes("mixed", "alternate", "bigline", "notrail", "flood", "exit", "kill",
+	"ignoreterm", "record", "trap", "tree", "stdin", "printenv", "istty", "winsize").With(supervisortest.Helpers{
+	"-gpuguard":       runAsGpuguard,
+	"-gpuguard-group": runAsGroupMember,
+	"run":             runWatchdog,
+})
+
+// runWatchdog is `gpuguard run -- gpuguard-internal-watchdog`, as Run hands
+// it over.
+func runWatchdog(args []string) int {
+	if len(args) < 1 || !IsWatchdogInvocation(args[1:]) {
+		fmt.Fprintf(os.Stderr, "run %q: not an attempt's watchdog (GPUGUARD_WATCHDOG unset?)\n", args)
+		return ExitUsage
 	}
-	// Orphans of the gpuguard subprocesses these tests kill come back to the
-	// test process, which reaps them (see gone).
-	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintln(os.Stderr, "cannot become a subreaper:", err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
+	return watchdogMain()
 }
 
 func testBinary() string {
@@ -63,10 +62,8 @@ func testBinary() string {
 	return exe
 }
 
-func fakeSelf() []string { return []string{testBinary(), "-fake"} }
-
 // fake returns the argv of the fake trainer in mode.
-func fake(mode ...string) []string { return append(fakeSelf(), mode...) }
+func fake(mode ...string) []string { return supervisortest.Argv(mode[0], mode[1:]...) }
 
 func runAsGpuguard(args []string) int {
 	if len(args) < 5 || args[3] != "--" {

@@ -1,6 +1,7 @@
-// Package supervisortest provides a fake training program for tests of the
-// supervisor and of the gpuguard command: a test binary re-executes itself
-// and calls FakeTrainer, which behaves as the mode in its arguments says.
+// Package supervisortest owns the programs that tests of the supervisor and
+// of the gpuguard command run in place of real ones: a test binary
+// re-executes itself as a named helper (Main, Argv), and the fake trainer
+// (Trainer) is a table of such helpers, one per scripted behaviour.
 package supervisortest
 
 import (
@@ -19,11 +20,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Modes, the first argument of FakeTrainer:
+// Trainer is the fake trainer: a training program with scripted behaviour,
+// one helper per mode. A test binary registers the modes its tests use
+// (Modes); a mode that no package registers is dead and goes.
 //
 //	print N             N lines "line i" on stdout
 //	mixed               the output of Mixed, with stdout and stderr interleaved
-//	tqdm N              N progress frames redrawn with '\r', then a newline
+//	alternate N         N lines on each stream, alternating
 //	bigline BYTES       BYTES of 'x' without a newline
 //	notrail TEXT        TEXT without a newline
 //	flood N             N numbered 100-byte lines, then "END"
@@ -36,156 +39,217 @@ import (
 //	                    grandchildren of tree first.
 //	trap FILE [PIDS]    as record, but never exit (for a job without stdin)
 //	tree PIDS [exit]    start a grandchild and a grandchild in a session of
-//	                    its own (both ignore SIGHUP and print nothing), write
-//	                    "GC SGC" (their pids) to file PIDS, then wait to be
-//	                    killed, or exit 0 at once with "exit"
+//	                    its own (both sleep), write "GC SGC" (their pids) to
+//	                    file PIDS, then wait to be killed, or exit 0 at once
+//	                    with "exit"
 //	sleep               ignore SIGHUP, write a byte to fd 3 (when open), and
-//	                    wait to be killed (a grandchild)
+//	                    wait to be killed (the grandchildren of tree)
 //	stdin               copy stdin to stdout until end of file
 //	printenv NAME...    "NAME=value" or "NAME unset" for each NAME
 //	istty               "stdin=B stdout=B stderr=B": which are terminals
 //	winsize [wait]      "size ROWS COLS" of stdout's terminal; with wait,
 //	                    again after one SIGWINCH
-//
-// self is the argv that runs FakeTrainer again (grandchildren use it).
-// FakeTrainer returns the exit status.
-func FakeTrainer(self []string, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "fake-trainer: no mode")
-		return 2
+var Trainer = Helpers{
+	"print":      printLines,
+	"mixed":      mixed,
+	"alternate":  alternate,
+	"bigline":    bigline,
+	"notrail":    notrail,
+	"flood":      flood,
+	"exit":       exitWith,
+	"kill":       killSelf,
+	"ignoreterm": ignoreTerm,
+	"record":     func(args []string) int { return record(arg(args, 0), arg(args, 1), false) },
+	"trap":       func(args []string) int { return record(arg(args, 0), arg(args, 1), true) },
+	"tree":       tree,
+	"sleep":      sleepForever,
+	"stdin":      copyStdin,
+	"printenv":   printenv,
+	"istty":      istty,
+	"winsize":    winsize,
+}
+
+// needs lists the modes that start others: registering one registers those.
+var needs = map[string][]string{"record": {"sleep"}, "trap": {"sleep"}, "tree": {"sleep"}}
+
+// Modes returns the Trainer modes named, with those they start, for a test
+// binary's table. An unknown name panics.
+func Modes(names ...string) Helpers {
+	out := Helpers{}
+	var add func(string)
+	add = func(name string) {
+		f, ok := Trainer[name]
+		if !ok {
+			panic(fmt.Sprintf("supervisortest: the fake trainer has no mode %q", name))
+		}
+		out[name] = f
+		for _, n := range needs[name] {
+			add(n)
+		}
 	}
-	mode, args := args[0], args[1:]
-	arg := func(i int) string {
-		if i < len(args) {
-			return args[i]
-		}
-		return ""
+	for _, n := range names {
+		add(n)
 	}
-	num := func(i int) int {
-		n, err := strconv.Atoi(arg(i))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "fake-trainer %s: bad number %q\n", mode, arg(i))
-			os.Exit(2)
-		}
-		return n
+	return out
+}
+
+func arg(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
 	}
-	switch mode {
-	case "print":
-		var b bytes.Buffer
-		for i := 1; i <= num(0); i++ {
-			fmt.Fprintf(&b, "line %d\n", i)
+	return ""
+}
+
+// num is argument i as a number; a mistyped one ends the helper.
+func num(args []string, i int) int {
+	n, err := strconv.Atoi(arg(args, i))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake-trainer: bad number %q in %q\n", arg(args, i), args)
+		os.Exit(2)
+	}
+	return n
+}
+
+func printLines(args []string) int {
+	var b bytes.Buffer
+	for i := 1; i <= num(args, 0); i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	os.Stdout.Write(b.Bytes())
+	return 0
+}
+
+func mixed([]string) int {
+	for _, p := range Mixed {
+		w := os.Stdout
+		if p.Stream == 2 {
+			w = os.Stderr
 		}
-		os.Stdout.Write(b.Bytes())
-	case "mixed":
-		for _, p := range Mixed {
-			w := os.Stdout
-			if p.Stream == 2 {
-				w = os.Stderr
-			}
-			w.WriteString(p.Text)
-		}
-	case "alternate":
-		// N lines on each stream, alternating, each written at once (as a
-		// flushed print does): run alone with `> f 2>&1` the file holds
-		// them in this order.
-		for i := 1; i <= num(0); i++ {
-			fmt.Fprintf(os.Stdout, "out %d\n", i)
-			fmt.Fprintf(os.Stderr, "err %d\n", i)
-		}
-	case "tqdm":
-		n := num(0)
-		for i := 0; i <= n; i++ {
-			fmt.Fprintf(os.Stdout, "\r%3d%%|%-20s| %d/%d", i*100/n, strings.Repeat("#", i*20/n), i, n)
-		}
-		os.Stdout.WriteString("\n")
-	case "bigline":
-		chunk := bytes.Repeat([]byte{'x'}, 64<<10)
-		for left := num(0); left > 0; {
-			k := min(left, len(chunk))
-			if _, err := os.Stdout.Write(chunk[:k]); err != nil {
-				return 1
-			}
-			left -= k
-		}
-	case "notrail":
-		os.Stdout.WriteString(arg(0))
-	case "flood":
-		var b bytes.Buffer
-		for i := 1; i <= num(0); i++ {
-			fmt.Fprintf(&b, "flood %08d %s\n", i, strings.Repeat("y", 84))
-		}
-		b.WriteString("END\n")
-		os.Stdout.Write(b.Bytes())
-	case "exit":
-		return num(0)
-	case "kill":
-		sig := parseSignal(arg(0))
-		signal.Reset(sig)
-		syscall.Kill(os.Getpid(), sig)
-		time.Sleep(10 * time.Second) // the signal arrives first
-		return 99
-	case "ignoreterm":
-		signal.Ignore(syscall.SIGTERM)
-		touch(arg(0), "ready\n")
-		waitForever()
-	case "record":
-		return record(self, arg(0), arg(1), false)
-	case "trap":
-		return record(self, arg(0), arg(1), true)
-	case "tree":
-		if err := spawnTree(self, arg(0)); err != nil {
-			fmt.Fprintln(os.Stderr, "fake-trainer tree:", err)
-			return 2
-		}
-		if arg(1) == "exit" {
-			return 0
-		}
-		waitForever()
-	case "sleep":
-		signal.Ignore(syscall.SIGHUP)
-		if ready := os.NewFile(3, "ready"); ready != nil {
-			ready.Write([]byte{'.'}) // spawnTree waits for this
-			ready.Close()
-		}
-		waitForever()
-	case "stdin":
-		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
-			fmt.Fprintln(os.Stderr, "fake-trainer stdin:", err)
+		w.WriteString(p.Text)
+	}
+	return 0
+}
+
+// alternate writes N lines on each stream, alternating, each at once (as a
+// flushed print does): run alone with `> f 2>&1` the file holds them in this
+// order.
+func alternate(args []string) int {
+	for i := 1; i <= num(args, 0); i++ {
+		fmt.Fprintf(os.Stdout, "out %d\n", i)
+		fmt.Fprintf(os.Stderr, "err %d\n", i)
+	}
+	return 0
+}
+
+func bigline(args []string) int {
+	chunk := bytes.Repeat([]byte{'x'}, 64<<10)
+	for left := num(args, 0); left > 0; {
+		k := min(left, len(chunk))
+		if _, err := os.Stdout.Write(chunk[:k]); err != nil {
 			return 1
 		}
-	case "printenv":
-		for _, name := range args {
-			if v, ok := os.LookupEnv(name); ok {
-				fmt.Printf("%s=%s\n", name, v)
-			} else {
-				fmt.Printf("%s unset\n", name)
-			}
-		}
-	case "istty":
-		isatty := func(f *os.File) bool {
-			_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-			return err == nil
-		}
-		fmt.Printf("stdin=%v stdout=%v stderr=%v\n", isatty(os.Stdin), isatty(os.Stdout), isatty(os.Stderr))
-	case "winsize":
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGWINCH)
-		printSize := func() {
-			ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
-			if err != nil {
-				fmt.Printf("size error %v\n", err)
-				return
-			}
-			fmt.Printf("size %d %d\n", ws.Row, ws.Col)
-		}
-		printSize()
-		if arg(0) == "wait" {
-			<-ch
-			printSize()
-		}
-	default:
-		fmt.Fprintf(os.Stderr, "fake-trainer: unknown mode %q\n", mode)
+		left -= k
+	}
+	return 0
+}
+
+func notrail(args []string) int {
+	os.Stdout.WriteString(arg(args, 0))
+	return 0
+}
+
+func flood(args []string) int {
+	var b bytes.Buffer
+	for i := 1; i <= num(args, 0); i++ {
+		fmt.Fprintf(&b, "flood %08d %s\n", i, strings.Repeat("y", 84))
+	}
+	b.WriteString("END\n")
+	os.Stdout.Write(b.Bytes())
+	return 0
+}
+
+func exitWith(args []string) int { return num(args, 0) }
+
+func killSelf(args []string) int {
+	sig := parseSignal(arg(args, 0))
+	signal.Reset(sig)
+	syscall.Kill(os.Getpid(), sig)
+	time.Sleep(10 * time.Second) // the signal arrives first
+	return 99
+}
+
+func ignoreTerm(args []string) int {
+	signal.Ignore(syscall.SIGTERM)
+	touch(arg(args, 0), "ready\n")
+	waitForever()
+	return 0
+}
+
+func tree(args []string) int {
+	if err := spawnTree(arg(args, 0)); err != nil {
+		fmt.Fprintln(os.Stderr, "fake-trainer tree:", err)
 		return 2
+	}
+	if arg(args, 1) == "exit" {
+		return 0
+	}
+	waitForever()
+	return 0
+}
+
+func sleepForever([]string) int {
+	signal.Ignore(syscall.SIGHUP)
+	if ready := os.NewFile(3, "ready"); ready != nil {
+		ready.Write([]byte{'.'}) // spawnTree waits for this
+		ready.Close()
+	}
+	waitForever()
+	return 0
+}
+
+func copyStdin([]string) int {
+	if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+		fmt.Fprintln(os.Stderr, "fake-trainer stdin:", err)
+		return 1
+	}
+	return 0
+}
+
+func printenv(names []string) int {
+	for _, name := range names {
+		if v, ok := os.LookupEnv(name); ok {
+			fmt.Printf("%s=%s\n", name, v)
+		} else {
+			fmt.Printf("%s unset\n", name)
+		}
+	}
+	return 0
+}
+
+func istty([]string) int {
+	isatty := func(f *os.File) bool {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		return err == nil
+	}
+	fmt.Printf("stdin=%v stdout=%v stderr=%v\n", isatty(os.Stdin), isatty(os.Stdout), isatty(os.Stderr))
+	return 0
+}
+
+func winsize(args []string) int {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	printSize := func() {
+		ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
+		if err != nil {
+			fmt.Printf("size error %v\n", err)
+			return
+		}
+		fmt.Printf("size %d %d\n", ws.Row, ws.Col)
+	}
+	printSize()
+	if arg(args, 0) == "wait" {
+		<-ch
+		printSize()
 	}
 	return 0
 }
@@ -232,7 +296,7 @@ var signalNames = map[os.Signal]string{
 	syscall.SIGQUIT: "QUIT", syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2",
 }
 
-func record(self []string, file, pids string, forever bool) int {
+func record(file, pids string, forever bool) int {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake-trainer record:", err)
@@ -246,7 +310,7 @@ func record(self []string, file, pids string, forever bool) int {
 		}
 	}()
 	if pids != "" {
-		if err := spawnTree(self, pids); err != nil {
+		if err := spawnTree(pids); err != nil {
 			fmt.Fprintln(os.Stderr, "fake-trainer record:", err)
 			return 2
 		}
@@ -262,14 +326,15 @@ func record(self []string, file, pids string, forever bool) int {
 
 // spawnTree starts the two grandchildren and writes their pids to file
 // (atomically: a reader never sees half of it).
-func spawnTree(self []string, file string) error {
+func spawnTree(file string) error {
 	start := func(setsid bool) (int, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return 0, err
 		}
 		defer r.Close()
-		cmd := exec.Command(self[0], append(append([]string(nil), self[1:]...), "sleep")...)
+		argv := Argv("sleep")
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		cmd.ExtraFiles = []*os.File{w}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
