@@ -3,8 +3,8 @@ package main
 // Acceptance tests of the gpuguard command, as a user runs it: each script
 // in testdata/script is a session (see the testscript package). The test
 // binary is installed in the scripts' PATH as gpuguard (main) and as
-// fake-trainer (supervisortest.FakeTrainer, a program with scripted
-// behaviour: see its modes).
+// fake-trainer (supervisortest.Trainer, a program with scripted behaviour:
+// `fake-trainer MODE ...` runs one of the modes registered below).
 
 import (
 	"bufio"
