@@ -66,3 +66,22 @@ func (k Kind) Title() string {
 	}
 	return "no failure found"
 }
+
+// Noun is the kind in a sentence, after "died of": "GPU OOM", "a crash that
+// is not memory", ...; "an unrecognised failure" for KindNone and a kind this
+// version does not know.
+func (k Kind) Noun() string {
+	switch k {
+	case KindGPUOOM:
+		return "GPU OOM"
+	case KindCPUAllocOOM:
+		return "CPU allocator OOM"
+	case KindHostOOM:
+		return "host OOM"
+	case KindCrash:
+		return "a crash that is not memory"
+	case KindHang:
+		return "a hang (no progress within its rhythm: stopped)"
+	}
+	return "an unrecognised failure"
+}

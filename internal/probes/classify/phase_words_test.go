@@ -38,21 +38,30 @@ func TestPhaseLess(t *testing.T) {
 	}
 }
 
-// Every kind has a headline of its own; only KindNone (and a kind this
-// version does not know) says no failure was found.
-func TestKindTitle(t *testing.T) {
-	seen := map[string]Kind{}
-	for _, k := range []Kind{KindGPUOOM, KindCPUAllocOOM, KindHostOOM, KindCrash, KindHang} {
-		title := k.Title()
-		if title == KindNone.Title() {
-			t.Errorf("%s.Title() = %q, the title of no failure", k, title)
+// Every kind has a headline and a noun of its own; only KindNone (and a
+// kind this version does not know) says no failure was found.
+func TestKindWords(t *testing.T) {
+	for _, words := range []struct {
+		name    string
+		of      func(Kind) string
+		unknown string
+	}{
+		{"Title", Kind.Title, "no failure found"},
+		{"Noun", Kind.Noun, "an unrecognised failure"},
+	} {
+		seen := map[string]Kind{}
+		for _, k := range []Kind{KindGPUOOM, KindCPUAllocOOM, KindHostOOM, KindCrash, KindHang} {
+			w := words.of(k)
+			if w == words.of(KindNone) {
+				t.Errorf("%s.%s() = %q, the words for no failure", k, words.name, w)
+			}
+			if other, dup := seen[w]; dup {
+				t.Errorf("%s and %s share the %s %q", k, other, words.name, w)
+			}
+			seen[w] = k
 		}
-		if other, dup := seen[title]; dup {
-			t.Errorf("%s and %s share the title %q", k, other, title)
+		if got := words.of("future_kind"); got != words.unknown {
+			t.Errorf("unknown kind's %s = %q, want %q", words.name, got, words.unknown)
 		}
-		seen[title] = k
-	}
-	if got := Kind("future_kind").Title(); got != "no failure found" {
-		t.Errorf("unknown kind's title = %q", got)
 	}
 }
