@@ -16,7 +16,7 @@ import (
 // fit rather than starting again at those that failed.
 type RunState struct {
 	Version    int      `json:"version"` // 1
-	Argv       Argv     `json:"argv"`    // the user's command, written with its secrets masked
+	Argv       SafeArgv `json:"argv"`    // the user's command, written with its secrets masked
 	Policy     string   `json:"policy"`  // the policy file it ran with ("" for none)
 	Attempt    int      `json:"attempt"`
 	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
@@ -31,14 +31,14 @@ type RunState struct {
 	History []AttemptState `json:"history,omitempty"`
 }
 
-// Argv is the command in state.json. It is written with its secrets masked
+// SafeArgv is the command in state.json. It is written with its secrets masked
 // (internal/redact, docs/secrets.md), so it is a record for people, never
 // a command to run: --resume-run and a Slurm requeue run the command given
 // on their own command line.
-type Argv []string
+type SafeArgv []string
 
 // MarshalJSON writes the command with its secrets masked.
-func (a Argv) MarshalJSON() ([]byte, error) { return json.Marshal(redact.Argv(a)) }
+func (a SafeArgv) MarshalJSON() ([]byte, error) { return json.Marshal(redact.Argv(a)) }
 
 // AttemptState is one attempt in state.json.
 type AttemptState struct {
