@@ -155,3 +155,21 @@ func FuzzArgv(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkArgv: a typical training command, redacted once per attempt and
+// per event that carries it.
+func BenchmarkArgv(b *testing.B) {
+	argv := strings.Fields("torchrun --nproc-per-node 8 train.py --model llama-7b --batch-size 16 --max-tokens 4096 --hf_token hf_abc --data s3://k:s@bucket/ds --lr 3e-4 WANDB_API_KEY=w")
+	for b.Loop() {
+		Argv(argv)
+	}
+}
+
+// BenchmarkText: a line of free text with no secret (a failure line from
+// the job's output, as the journal records it).
+func BenchmarkText(b *testing.B) {
+	line := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.50 GiB is free."
+	for b.Loop() {
+		Text(line)
+	}
+}
