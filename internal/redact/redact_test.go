@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func TestArgv(t *testing.T) {
@@ -172,4 +173,28 @@ func BenchmarkText(b *testing.B) {
 	for b.Loop() {
 		Text(line)
 	}
+}
+
+// FuzzSecretHidden: whatever the secret, it is masked in each of the
+// rule's places.
+func FuzzSecretHidden(f *testing.F) {
+	for _, s := range []string{"s3cr3t", "abc", "***x", "a=b", "%41", "ü"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if v == "" || v == Mask || strings.HasPrefix(v, "-") || strings.ContainsAny(v, "/?#@:\"'<>`") || strings.ContainsFunc(v, unicode.IsSpace) {
+			return
+		}
+		in := []string{"train.py", "--api-key=" + v, "--token", v, "HF_TOKEN=" + v, "https://u:" + v + "@h/x"}
+		want := []string{"train.py", "--api-key=***", "--token", Mask, "HF_TOKEN=***", "https://u:***@h/x"}
+		if got := Argv(in); !slices.Equal(got, want) {
+			t.Fatalf("Argv(%q) = %q, want %q", in, got, want)
+		}
+		if strings.ContainsAny(v, "([{<)]}>,;") {
+			return // Text keeps the brackets and punctuation around a word
+		}
+		if got, w := Text(strings.Join(in, " ")), strings.Join(want, " "); got != w {
+			t.Fatalf("Text(%q) = %q, want %q", strings.Join(in, " "), got, w)
+		}
+	})
 }
