@@ -23,7 +23,7 @@ func TestLayers(t *testing.T) {
 		return strings.Fields(string(out))
 	}
 	const mod = "github.com/gpuguard/gpuguard/internal/"
-	pure := []string{"policy", "presets", "probes/classify", "explain", "rundir/record", "allocconf", "envlist", "humanize", "lines", "exitcode"}
+	pure := []string{"policy", "presets", "probes/classify", "explain", "rundir/record", "allocconf", "envlist", "humanize", "lines", "exitcode", "redact"}
 	forbidden := []string{"github.com/NVIDIA/go-nvml", "github.com/fsnotify/fsnotify", "go.uber.org/zap", "os/exec", mod + "supervisor"}
 	for _, p := range pure {
 		for _, d := range deps("./internal/" + p) {
