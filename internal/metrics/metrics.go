@@ -3,7 +3,9 @@
 // collector) that says where a run stands. It follows the events the run
 // directory records (rundir.Dir.OnWrite) and rewrites each file whole
 // (a temporary file renamed over it) after each event that changes a figure,
-// so that a scraper reads the old content or the new, never a mix.
+// so that a scraper reads the old content or the new, never a mix. The
+// text is written by Prometheus' own encoder (expfmt), and the command label
+// holds no secret (internal/redact).
 //
 // The metrics (docs/notify.md):
 //
