@@ -106,7 +106,7 @@ var layers = map[string]layer{
 var pure = []string{
 	"internal/policy", "internal/presets", "internal/probes/classify", "internal/explain", "internal/report",
 	"internal/rundir/record", "internal/allocconf", "internal/envinject", "internal/envlist", "internal/humanize",
-	"internal/lines", "internal/exitcode",
+	"internal/lines", "internal/exitcode", "internal/redact",
 }
 
 var impure = []string{"github.com/NVIDIA/go-nvml", "github.com/fsnotify/fsnotify", "go.uber.org/zap", "os/exec"}

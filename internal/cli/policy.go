@@ -14,6 +14,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/presets"
+	"github.com/gpuguard/gpuguard/internal/redact"
 )
 
 // newPolicyCmd is `gpuguard policy check|init|list`.
@@ -170,7 +171,7 @@ func policyInitRun(o *policyInitOptions) error {
 		data, _ = withGuessedGlobs(data, globs, from)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# gpuguard policy, written by `gpuguard policy init` for:\n#   %s\n", strings.Join(o.Argv, " "))
+	fmt.Fprintf(&b, "# gpuguard policy, written by `gpuguard policy init` for:\n#   %s\n", strings.Join(redact.Argv(o.Argv), " ")) // a file in the project: no secret (docs/secrets.md)
 	fmt.Fprintf(&b, "# Framework guessed: %s (%s). Other presets: %s.\n", name, why, strings.Join(presets.Names(), ", "))
 	b.WriteString("# Check the knobs against your script, then `gpuguard policy check gpuguard.yaml`\n")
 	b.WriteString("# and `gpuguard run --dry-run -- COMMAND` to see what a relaunch would change.\n#\n")

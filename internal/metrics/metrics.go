@@ -3,7 +3,9 @@
 // collector) that says where a run stands. It follows the events the run
 // directory records (rundir.Dir.OnWrite) and rewrites each file whole
 // (a temporary file renamed over it) after each event that changes a figure,
-// so that a scraper reads the old content or the new, never a mix.
+// so that a scraper reads the old content or the new, never a mix. The
+// text is written by Prometheus' own encoder (expfmt), and the command label
+// holds no secret (internal/redact).
 //
 // The metrics (docs/notify.md):
 //
@@ -30,6 +32,7 @@
 package metrics
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,7 +42,11 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -95,9 +102,13 @@ func (w *Writer) Observe(t time.Time, ev record.Event) {
 	if !w.s.apply(t, ev, statCheckpoint) {
 		return
 	}
-	data := w.s.render()
+	data, renderErr := w.s.render()
 	for _, p := range w.paths {
-		if err := writeAtomic(p, data); err != nil && !w.warned[p] {
+		err := renderErr
+		if err == nil {
+			err = writeAtomic(p, data)
+		}
+		if err != nil && !w.warned[p] {
 			w.warned[p] = true
 			if w.warn != nil {
 				w.warn(fmt.Sprintf("cannot write metrics file %s: %v; the job goes on", p, err))
@@ -132,7 +143,8 @@ func statCheckpoint(path string) (time.Time, bool) {
 func (s *state) apply(t time.Time, ev record.Event, mtime func(string) (time.Time, bool)) bool {
 	switch e := ev.(type) {
 	case record.RunStart:
-		s.runDir, s.command, s.workdir = e.RunDir, strings.Join(e.Argv, " "), e.Workdir
+		// The command label never holds a secret (docs/secrets.md).
+		s.runDir, s.command, s.workdir = e.RunDir, strings.Join(redact.Argv(e.Argv), " "), e.Workdir
 		s.start, s.running, s.ended = t, true, false
 	case record.Policy:
 		s.setKnobs(e.Knobs)
@@ -221,36 +233,36 @@ func cause(e record.AttemptEnd) string {
 	return "exit"
 }
 
-// render writes the text exposition format.
-func (s *state) render() []byte {
-	var b strings.Builder
+// render writes the text exposition format, through Prometheus' own
+// encoder (expfmt). A family without samples is left out.
+func (s *state) render() ([]byte, error) {
 	// Every sample names its run, so that the files of several runs on one
 	// node (node_exporter's textfile collector merges them) never collide.
-	run := "run=" + quote(s.runDir)
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	run := s.runDir
+	var fams []*dto.MetricFamily
+	family := func(name string, typ dto.MetricType, help string) *dto.MetricFamily {
+		f := &dto.MetricFamily{Name: ptr(name), Help: ptr(help), Type: typ.Enum()}
+		fams = append(fams, f)
+		return f
 	}
-	family("gpuguard_run_info", "gauge", "The run this file describes (always 1).")
-	fmt.Fprintf(&b, "gpuguard_run_info{%s,command=%s} 1\n", run, quote(s.command))
+	info := family("gpuguard_run_info", dto.MetricType_GAUGE, "The run this file describes (always 1).")
+	sample(info, 1, "run", run, "command", s.command)
 	if !s.start.IsZero() {
-		family("gpuguard_run_start_time_seconds", "gauge", "When the run (or its latest resumption) started, Unix time.")
-		fmt.Fprintf(&b, "gpuguard_run_start_time_seconds{%s} %s\n", run, num(float64(s.start.UnixMilli())/1000))
+		f := family("gpuguard_run_start_time_seconds", dto.MetricType_GAUGE, "When the run (or its latest resumption) started, Unix time.")
+		sample(f, float64(s.start.UnixMilli())/1000, "run", run)
 	}
-	family("gpuguard_running", "gauge", "1 while gpuguard supervises the run, 0 once it ended.")
-	fmt.Fprintf(&b, "gpuguard_running{%s} %d\n", run, b2i(s.running))
+	sample(family("gpuguard_running", dto.MetricType_GAUGE, "1 while gpuguard supervises the run, 0 once it ended."), float64(b2i(s.running)), "run", run)
 	if s.ended {
-		family("gpuguard_exit_code", "gauge", "gpuguard's exit status at the run's end.")
-		fmt.Fprintf(&b, "gpuguard_exit_code{%s} %d\n", run, s.exitCode)
+		sample(family("gpuguard_exit_code", dto.MetricType_GAUGE, "gpuguard's exit status at the run's end."), float64(s.exitCode), "run", run)
 	}
-	family("gpuguard_attempts_total", "counter", "Attempts started.")
-	fmt.Fprintf(&b, "gpuguard_attempts_total{%s} %d\n", run, s.attempts)
-	family("gpuguard_relaunches_total", "counter", "Relaunches, by what the attempt before died of (the classifier's kind; exit: not recognised).")
+	sample(family("gpuguard_attempts_total", dto.MetricType_COUNTER, "Attempts started."), float64(s.attempts), "run", run)
+	rel := family("gpuguard_relaunches_total", dto.MetricType_COUNTER, "Relaunches, by what the attempt before died of (the classifier's kind; exit: not recognised).")
 	for _, c := range sortedKeys(s.relaunches) {
-		fmt.Fprintf(&b, "gpuguard_relaunches_total{%s,cause=%s} %d\n", run, quote(c), s.relaunches[c])
+		sample(rel, float64(s.relaunches[c]), "run", run, "cause", c)
 	}
-	family("gpuguard_relaunch_lost_seconds_total", "counter", "Time lost to relaunches: the gap to the next attempt plus the failed attempt's work after the checkpoint resumed from.")
-	fmt.Fprintf(&b, "gpuguard_relaunch_lost_seconds_total{%s} %s\n", run, num(s.lost.Seconds()))
-	family("gpuguard_knob", "gauge", "The value of each numeric knob the current (or next) attempt gets.")
+	lost := family("gpuguard_relaunch_lost_seconds_total", dto.MetricType_COUNTER, "Time lost to relaunches: the gap to the next attempt plus the failed attempt's work after the checkpoint resumed from.")
+	sample(lost, s.lost.Seconds(), "run", run)
+	knob := family("gpuguard_knob", dto.MetricType_GAUGE, "The value of each numeric knob the current (or next) attempt gets.")
 	for _, k := range sortedKeys(s.knobs) {
 		v := s.knobs[k]
 		if v.Null {
@@ -260,9 +272,9 @@ func (s *state) render() []byte {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "gpuguard_knob{%s,knob=%s} %s\n", run, quote(k), num(f))
+		sample(knob, f, "run", run, "knob", k)
 	}
-	family("gpuguard_peak_memory_bytes", "gauge", "Peak memory of the latest sampled attempt, per phase and device (host: the job's processes, PSS).")
+	peak := family("gpuguard_peak_memory_bytes", dto.MetricType_GAUGE, "Peak memory of the latest sampled attempt, per phase and device (host: the job's processes, PSS).")
 	keys := make([][2]string, 0, len(s.peaks))
 	for k := range s.peaks {
 		keys = append(keys, k)
@@ -274,16 +286,43 @@ func (s *state) render() []byte {
 		return keys[i][1] < keys[j][1]
 	})
 	for _, k := range keys {
-		fmt.Fprintf(&b, "gpuguard_peak_memory_bytes{%s,phase=%s,device=%s} %d\n", run, quote(k[0]), quote(k[1]), s.peaks[k])
+		sample(peak, float64(s.peaks[k]), "run", run, "phase", k[0], "device", k[1])
 	}
-	if len(s.capacity) > 0 {
-		family("gpuguard_capacity_bytes", "gauge", "Memory of each GPU the job uses.")
-		for _, d := range sortedKeys(s.capacity) {
-			fmt.Fprintf(&b, "gpuguard_capacity_bytes{%s,device=%s} %d\n", run, quote(d), s.capacity[d])
+	capacity := family("gpuguard_capacity_bytes", dto.MetricType_GAUGE, "Memory of each GPU the job uses.")
+	for _, d := range sortedKeys(s.capacity) {
+		sample(capacity, float64(s.capacity[d]), "run", run, "device", d)
+	}
+
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if len(f.Metric) == 0 {
+			continue
+		}
+		if err := enc.Encode(f); err != nil {
+			return nil, err
 		}
 	}
-	return []byte(b.String())
+	return b.Bytes(), nil
 }
+
+// sample adds a sample of value v to f, with labels given as name, value
+// pairs. A value that is not UTF-8 (a command's argument may be any bytes)
+// has its bad bytes replaced, as Prometheus takes only UTF-8.
+func sample(f *dto.MetricFamily, v float64, labels ...string) {
+	m := &dto.Metric{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		m.Label = append(m.Label, &dto.LabelPair{Name: ptr(labels[i]), Value: ptr(strings.ToValidUTF8(labels[i+1], "\uFFFD"))})
+	}
+	if f.GetType() == dto.MetricType_COUNTER {
+		m.Counter = &dto.Counter{Value: ptr(v)}
+	} else {
+		m.Gauge = &dto.Gauge{Value: ptr(v)}
+	}
+	f.Metric = append(f.Metric, m)
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
@@ -293,13 +332,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
-
-// quote is a label value: backslash, double quote and newline escaped.
-func quote(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
-}
-
-func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 func b2i(b bool) int {
 	if b {

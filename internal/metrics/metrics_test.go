@@ -219,3 +219,22 @@ func TestReplay(t *testing.T) {
 		t.Error("the earlier gpuguard's exit code is kept")
 	}
 }
+
+// The command label holds no secret given on the command line, and a
+// command that is not UTF-8 still gives a file Prometheus reads.
+func TestCommandLabel(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, FileName)
+	w := New([]string{p}, func(m string) { t.Errorf("warning %q", m) })
+	w.Observe(time.Now(), record.RunStart{RunDir: dir, Argv: []string{"python", "train.py", "--api-key=s3cr3t", "--token", "abc", "https://u:pw@host/x", "HF_TOKEN=zzz", "\xff"}})
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"s3cr3t", "abc", "pw@", "zzz"} {
+		if strings.Contains(string(data), secret) {
+			t.Errorf("%s holds %q:\n%s", p, secret, data)
+		}
+	}
+	want(t, parse(t, p), 1, "gpuguard_run_info", "command", "python train.py --api-key=*** --token *** https://u:***@host/x HF_TOKEN=*** \uFFFD")
+}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -141,8 +142,8 @@ func (n *Notifier) document(t time.Time, ev record.Event) (Document, bool) {
 	doc := Document{Event: ev.EventType(), Time: t.Format(time.RFC3339Nano)}
 	switch e := ev.(type) {
 	case record.RunStart:
-		n.runDir, n.argv = e.RunDir, e.Argv
-		doc.Text = fmt.Sprintf("started %s (run directory %s)", shortCommand(e.Argv), e.RunDir)
+		n.runDir, n.argv = e.RunDir, redact.Argv(e.Argv) // a document never holds a secret (docs/secrets.md)
+		doc.Text = fmt.Sprintf("started %s (run directory %s)", shortCommand(n.argv), e.RunDir)
 	case record.AttemptEnd:
 		n.failure = failureOf(e)
 		return doc, false
@@ -182,6 +183,7 @@ func (n *Notifier) document(t time.Time, ev record.Event) (Document, bool) {
 		return doc, false
 	}
 	doc.Host, doc.RunDir, doc.Command = n.cfg.Host, n.runDir, n.argv
+	doc.Text = redact.Text(doc.Text) // a decision's reason may quote the command
 	doc.Record = json.RawMessage(bytes.TrimSpace(record.Marshal(t, ev)))
 	return doc, true
 }
@@ -257,12 +259,12 @@ func (n *Notifier) deliverAll() {
 		}
 		if n.cfg.URL != "" {
 			if err := n.post(body); err != nil && n.ctx.Err() == nil {
-				n.warnOnce("url", fmt.Sprintf("cannot notify %s: %v; the run goes on (later notification failures are not shown)", redact(n.cfg.URL), err))
+				n.warnOnce("url", fmt.Sprintf("cannot notify %s: %v; the run goes on (later notification failures are not shown)", showURL(n.cfg.URL), err))
 			}
 		}
 		if n.cfg.Command != "" {
 			if err := n.run(doc, body); err != nil && n.ctx.Err() == nil {
-				n.warnOnce("command", fmt.Sprintf("notify command %q failed: %v; the run goes on (later notification failures are not shown)", n.cfg.Command, err))
+				n.warnOnce("command", fmt.Sprintf("notify command %q failed: %s; the run goes on (later notification failures are not shown)", redact.Text(n.cfg.Command), redact.Text(err.Error())))
 			}
 		}
 	}
@@ -328,9 +330,9 @@ func (n *Notifier) warnOnce(key, msg string) {
 	n.cfg.Warn(msg)
 }
 
-// redact is the URL as status lines show it: scheme and host, since a
+// showURL is the URL as status lines show it: scheme and host, since a
 // webhook's path and query often hold its secret token.
-func redact(raw string) string {
+func showURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return "the notification URL"
@@ -343,5 +345,5 @@ func redactErr(err error, raw string) error {
 	if ue, ok := err.(*url.Error); ok {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
-	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), raw, redact(raw)))
+	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), raw, showURL(raw)))
 }

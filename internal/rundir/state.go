@@ -1,10 +1,12 @@
 package rundir
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -14,7 +16,7 @@ import (
 // fit rather than starting again at those that failed.
 type RunState struct {
 	Version    int      `json:"version"` // 1
-	Argv       []string `json:"argv"`    // the user's command
+	Argv       SafeArgv `json:"argv"`    // the user's command, written with its secrets masked
 	Policy     string   `json:"policy"`  // the policy file it ran with ("" for none)
 	Attempt    int      `json:"attempt"`
 	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
@@ -28,6 +30,15 @@ type RunState struct {
 	// so that a person (or the next decision) sees the peaks.
 	History []AttemptState `json:"history,omitempty"`
 }
+
+// SafeArgv is the command in state.json. It is written with its secrets masked
+// (internal/redact, docs/secrets.md), so it is a record for people, never
+// a command to run: --resume-run and a Slurm requeue run the command given
+// on their own command line.
+type SafeArgv []string
+
+// MarshalJSON writes the command with its secrets masked.
+func (a SafeArgv) MarshalJSON() ([]byte, error) { return json.Marshal(redact.Argv(a)) }
 
 // AttemptState is one attempt in state.json.
 type AttemptState struct {

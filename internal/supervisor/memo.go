@@ -18,6 +18,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/redact"
 )
 
 // Remembering what fit (policy key memo: true, or --memo). A run that ends
@@ -248,7 +249,7 @@ func (l *loop) saveMemo() {
 	key, device := l.memoEntryKey()
 	var entry *memoEntry
 	if len(to) > 0 {
-		entry = &memoEntry{Command: l.pol.WithoutResume(l.cfg.Argv), Policy: policyIdentity(l.pol), Device: device,
+		entry = &memoEntry{Command: redact.Argv(l.pol.WithoutResume(l.cfg.Argv)), Policy: policyIdentity(l.pol), Device: device,
 			From: from, To: to, Run: l.job.RunDir.Path(), At: time.Now().UTC()}
 	}
 	changed, err := updateMemo(path, key, entry)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/envinject"
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
@@ -143,7 +144,7 @@ func prepare(cfg Config) (*Job, int) {
 		EnvWarnings: merged.Warnings,
 		Grace:       cfg.Grace.String(),
 	})
-	j.Logger.Info("run started", zap.Strings("argv", cfg.Argv), zap.Bool("pty", usePTY), zap.String("run_dir", rd.Path()))
+	j.Logger.Info("run started", zap.Strings("argv", redact.Argv(cfg.Argv)), zap.Bool("pty", usePTY), zap.String("run_dir", rd.Path()))
 	return j, 0
 }
 
@@ -293,8 +294,8 @@ func launchName(pty bool) string {
 }
 
 func quoteArgv(argv []string) string {
-	q := make([]string, len(argv))
-	for i, a := range argv {
+	q := redact.Argv(argv) // status lines never show a secret (docs/secrets.md)
+	for i, a := range q {
 		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;!#~") {
 			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		} else {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/gpuguard/gpuguard/internal/redact"
 )
 
 // Status writes gpuguard's own lines to stderr: few, each prefixed
@@ -97,7 +99,7 @@ func (t *trackWriter) Write(p []byte) (int, error) {
 // Printf writes one status line. Newlines inside the message are kept on
 // one line (written as spaces) so that every line carries the prefix.
 func (s *Status) Printf(format string, args ...any) {
-	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " ")
+	msg := redact.Text(strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " ")) // no secret on stderr (docs/secrets.md)
 	nl := "\n"
 	if rawOutput(s.errFile) {
 		nl = "\r\n"

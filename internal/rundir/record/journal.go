@@ -20,6 +20,7 @@ import (
 // HTML-escaped. A field that cannot be encoded (a NaN) is written as the
 // text "unencodable: <why>", so that the rest of the event is kept.
 func Marshal(t time.Time, ev Event) []byte {
+	ev = redacted(ev) // secrets masked: redact.go
 	fields := encodeFields(ev)
 	keys := make([]string, 0, len(fields))
 	for k := range fields {

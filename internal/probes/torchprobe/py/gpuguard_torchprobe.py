@@ -177,7 +177,7 @@ def _ready():
             "world_size": _rank("WORLD_SIZE"),
             "torch": getattr(_torch, "__version__", ""),
             "python": "%d.%d.%d" % sys.version_info[:3],
-            "argv": list(sys.argv[:8]),
+            "argv": list(sys.argv[:1]),  # the program only: arguments may hold secrets (docs/secrets.md)
         },
     )
     return True
