@@ -1,47 +1,20 @@
 package rundir
 
 import (
-	"time"
-
-	"github.com/gpuguard/gpuguard/internal/policy"
-	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
-// RunState is the content of state.json (record.State): where the run
-// stands, written whole after every decision, so that `gpuguard run
-// --resume-run DIR` (or a Slurm requeue) continues with the settings that
-// fit rather than starting again at those that failed.
-type RunState struct {
-	Version    int      `json:"version"` // 1
-	Argv       []string `json:"argv"`    // the user's command
-	Policy     string   `json:"policy"`  // the policy file it ran with ("" for none)
-	Attempt    int      `json:"attempt"`
-	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
-	// Started is when the run began (kept across --resume-run and Slurm
-	// requeues): checkpoints older than that belong to earlier runs.
-	Started  time.Time    `json:"started,omitzero"`
-	Policies policy.State `json:"state"`
-	Done     bool         `json:"done"`      // the run ended (success or give-up)
-	ExitCode int          `json:"exit_code"` // when Done
-	// History is what each attempt died of and how high its memory went,
-	// so that a person (or the next decision) sees the peaks.
-	History []AttemptState `json:"history,omitempty"`
-}
+// The schema of state.json is record.RunState, and its attempts
+// record.AttemptState; the supervisor names RunState[policy.State].
+type AttemptState = record.AttemptState
 
-// AttemptState is one attempt in state.json.
-type AttemptState struct {
-	Attempt  int                  `json:"attempt"`
-	ExitCode int                  `json:"exit_code"`
-	Kind     classify.Kind        `json:"kind"`
-	Phase    classify.Phase       `json:"phase,omitempty"`
-	LastStep *int64               `json:"last_step,omitempty"`
-	Memory   record.MemorySummary `json:"memory"`
-}
-
-// Knobs returns knob values as the journal records them (the Policy and
-// Decision events).
-func Knobs(vs policy.Values) map[string]record.Value {
+// Knobs returns knob values (policy.Values) as the journal records them
+// (the Policy and Decision events). It takes any map of values with the
+// fields of record.Value, so that this package does not import the policy.
+func Knobs[M ~map[string]V, V ~struct {
+	Text string
+	Null bool
+}](vs M) map[string]record.Value {
 	if vs == nil {
 		return nil
 	}
