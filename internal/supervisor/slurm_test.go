@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
 )
 
 // fakeScontrol is the stand-in: it appends its arguments to
