@@ -43,7 +43,9 @@ type Dir struct {
 	events *os.File
 	glog   *os.File
 	lock   *os.File // gpuguard.lock, flock'ed for the run's life
-	logger *zap.Logger
+	// unlocked says why the directory could not be locked ("" when it is).
+	unlocked string
+	logger   *zap.Logger
 
 	mu       sync.Mutex // events, observers
 	eventErr bool
@@ -59,10 +61,16 @@ type Dir struct {
 // could not write events.jsonl or gpuguard.log (a full or failing file
 // system): the job goes on, and the user must know its record is incomplete.
 // Without it those errors are dropped; they never reach the job's stream.
+//
+// A directory that could not be locked (a file system without flock, such
+// as Lustre mounted noflock) is said there too, at once.
 func (r *Dir) OnWriteError(warn func(msg string)) {
 	r.warnMu.Lock()
 	defer r.warnMu.Unlock()
 	r.warn = warn
+	if r.unlocked != "" && warn != nil {
+		warn(r.unlocked)
+	}
 }
 
 func (r *Dir) writeFailed(name string, err error) {
@@ -151,6 +159,19 @@ func Open(path string) (*Dir, error) {
 	return openFiles(path, false, true)
 }
 
+// flock is syscall.Flock; tests replace it to be a file system without
+// locks.
+var flock = syscall.Flock
+
+// noLockError: the directory is usable but could not be locked.
+type noLockError struct {
+	msg string
+	err error
+}
+
+func (e *noLockError) Error() string { return e.msg }
+func (e *noLockError) Unwrap() error { return e.err }
+
 // ErrInUse is the error (errors.Is) of Create and Open for a run directory
 // whose lock another live gpuguard holds.
 var ErrInUse = errors.New("run directory in use")
@@ -173,7 +194,7 @@ func lock(p string, resume bool) (*os.File, error) {
 		return nil, &dirError{msg: fmt.Sprintf("cannot use run directory %q: %s is not a regular file; remove it, or pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, path)}
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != syscall.EINTR {
 			break
 		}
@@ -189,9 +210,13 @@ func lock(p string, resume bool) (*os.File, error) {
 		}
 		return nil, &dirError{err: ErrInUse, msg: fmt.Sprintf("cannot use run directory %q: %s is running in it; wait for that run's end, or pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, holder)}
 	}
+	if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOLCK) {
+		// A file system without locks: the run goes on, unguarded, and says so.
+		return f, &noLockError{err: err, msg: fmt.Sprintf("warning: run directory %s is not locked (%v: its file system has no flock): nothing stops a second run from using it at the same time", p, err)}
+	}
 	if err != nil {
 		f.Close()
-		return nil, &dirError{err: err, msg: fmt.Sprintf("cannot lock run directory %q (%s): %v; pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to a directory on a file system with locks", p, path, err)}
+		return nil, &dirError{err: err, msg: fmt.Sprintf("cannot lock run directory %q (%s): %v; pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, path, err)}
 	}
 	// Best effort: the lock, not this text, keeps the directory.
 	if err := f.Truncate(0); err == nil {
@@ -243,10 +268,14 @@ func isNotRegular(err error) bool {
 // says the lock is taken for --resume-run (its message).
 func openFiles(p string, fresh, resume bool) (*Dir, error) {
 	lk, err := lock(p, resume)
-	if err != nil {
+	var nl *noLockError
+	if err != nil && !errors.As(err, &nl) {
 		return nil, err
 	}
 	r := &Dir{path: p, lock: lk}
+	if nl != nil {
+		r.unlocked = nl.msg
+	}
 	var opened []*os.File
 	open := func(name string) (*os.File, error) {
 		f, err := fsutil.OpenAppend(filepath.Join(p, name), 0o644, fresh)
@@ -276,6 +305,9 @@ func openFiles(p string, fresh, resume bool) (*Dir, error) {
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(r.glog)), zapcore.InfoLevel)
 	// No sampling: every entry of a run's log matters.
 	r.logger = zap.New(core, zap.Fields(zap.Int("gpuguard_pid", os.Getpid())), zap.ErrorOutput(zapErrors{r}))
+	if r.unlocked != "" {
+		r.logger.Warn("run directory not locked", zap.String("why", r.unlocked))
+	}
 	return r, nil
 }
 

@@ -131,3 +131,31 @@ func TestModesFollowUmask(t *testing.T) {
 		}
 	}
 }
+
+// On a file system without flock (Lustre mounted noflock: ENOSYS) the run
+// goes on, unguarded, and says so once through OnWriteError; any other
+// failure to lock refuses the directory.
+func TestNoLockFileSystem(t *testing.T) {
+	defer func(f func(int, int) error) { flock = f }(flock)
+	for _, errno := range []syscall.Errno{syscall.ENOSYS, syscall.EOPNOTSUPP, syscall.ENOLCK} {
+		flock = func(int, int) error { return errno }
+		rd, err := Create(t.TempDir(), "")
+		if err != nil {
+			t.Fatalf("%v: %v", errno, err)
+		}
+		var said []string
+		rd.OnWriteError(func(msg string) { said = append(said, msg) })
+		want := "warning: run directory " + rd.Path() + " is not locked (" + errno.Error() + ": its file system has no flock): nothing stops a second run from using it at the same time"
+		if len(said) != 1 || said[0] != want {
+			t.Errorf("%v: said %q, want %q", errno, said, want)
+		}
+		rd.Close()
+		if data, _ := os.ReadFile(filepath.Join(rd.Path(), record.GpuguardLog)); !strings.Contains(string(data), "run directory not locked") {
+			t.Errorf("%v: gpuguard.log %q", errno, data)
+		}
+	}
+	flock = func(int, int) error { return syscall.EIO }
+	if _, err := Create(t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "cannot lock run directory") {
+		t.Errorf("EIO: %v", err)
+	}
+}
