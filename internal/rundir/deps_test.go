@@ -6,21 +6,31 @@ import (
 	"testing"
 )
 
-// Issue 22: rundir imported the policy for state.json's schema; the schema
-// is record.RunState, generic in the policy's state, and rundir (record
-// included) depends on no policy.
-func TestRundirImportsNoPolicy(t *testing.T) {
+// Issue 22: state.json's schema and the timeline reader live in
+// rundir/record, so that rundir imports no policy and report, which reads a
+// run directory, links neither the memory sampler nor NVML nor zap. (The
+// layers table of the root's layers_test.go may take these rows over.)
+func TestRunDirectoryReadersStayLight(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is needed to list imports")
 	}
-	out, err := exec.Command(goTool, "list", "-deps", "./...").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, d := range strings.Fields(string(out)) {
-		if d == "github.com/gpuguard/gpuguard/internal/policy" || strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") {
-			t.Errorf("rundir depends on %s", d)
+	const mod = "github.com/gpuguard/gpuguard/internal/"
+	for pkg, forbidden := range map[string][]string{
+		"./...":        {mod + "policy", "github.com/NVIDIA/go-nvml"},
+		"../report":    {mod + "policy", mod + "probes/memory", "github.com/NVIDIA/go-nvml", "go.uber.org/zap"},
+		"./record/...": {mod + "policy", "github.com/NVIDIA/go-nvml", "go.uber.org/zap"},
+	} {
+		out, err := exec.Command(goTool, "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, d := range strings.Fields(string(out)) {
+			for _, f := range forbidden {
+				if d == f || strings.HasPrefix(d, f+"/") {
+					t.Errorf("%s depends on %s", pkg, d)
+				}
+			}
 		}
 	}
 }
