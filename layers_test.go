@@ -111,18 +111,6 @@ var pure = []string{
 
 var impure = []string{"github.com/NVIDIA/go-nvml", "github.com/fsnotify/fsnotify", "go.uber.org/zap", "os/exec"}
 
-// pending are violations another change removes: internal/rundir stops
-// importing internal/policy, and internal/report stops linking the GPU
-// probe and the logger through internal/probes/memory, once the timeline reader and the
-// state.json schema move into internal/rundir/record. While one is present
-// the test says so and passes; once it is gone the test says to delete its
-// entry, and from then on the rule holds without exception.
-var pending = map[string]string{
-	"internal/rundir -> internal/policy":              "state.json's schema is policy.State (rundir/state.go)",
-	"internal/report links github.com/NVIDIA/go-nvml": "through internal/probes/memory",
-	"internal/report links go.uber.org/zap":           "through internal/probes/memory",
-}
-
 const module = "github.com/gpuguard/gpuguard"
 
 // TestLayers checks every package's imports against the table: each arrow
@@ -130,14 +118,8 @@ const module = "github.com/gpuguard/gpuguard"
 // the impure ones.
 func TestLayers(t *testing.T) {
 	pkgs := imports(t)
-	seen := map[string]bool{}
 	violation := func(what, why string) {
 		t.Helper()
-		if reason, ok := pending[what]; ok {
-			seen[what] = true
-			t.Logf("pending: %s (%s); another change removes it", what, reason)
-			return
-		}
 		t.Errorf("%s: %s", what, why)
 	}
 	for _, f := range pkgs {
@@ -171,11 +153,6 @@ func TestLayers(t *testing.T) {
 					break
 				}
 			}
-		}
-	}
-	for what := range pending {
-		if !seen[what] {
-			t.Logf("pending violation %q no longer occurs: delete its entry from pending in layers_test.go", what)
 		}
 	}
 }

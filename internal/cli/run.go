@@ -55,6 +55,13 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			if err := supervisor.CheckExitCodes(c.String("exit-codes")); err != nil {
 				return err
 			}
+			// A negative duration would be taken for the default further
+			// down (the watchdog's 10 s): it is refused here.
+			for _, f := range []struct{ name, def string }{{"grace", "10s"}, {"group-timeout", "60s"}} {
+				if d := c.Duration(f.name); d < 0 {
+					return usageError("--%s %s: a duration must not be negative; give one such as %s (the default)", f.name, d, f.def)
+				}
+			}
 			memo := ""
 			switch {
 			case c.Bool("memo") && c.Bool("no-memo"):

@@ -72,3 +72,28 @@ func TestRunStatus(t *testing.T) {
 		t.Errorf("job killed: %+v", r)
 	}
 }
+
+// Issue 23, finding 10: --grace -1s and --group-timeout -1s were accepted,
+// and the watchdog then used 10 s.
+func TestRunRefusesNegativeDurations(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"--grace -1s", "gpuguard run: --grace -1s: a duration must not be negative; give one such as 10s (the default)\n"},
+		{"--grace=-500ms", "gpuguard run: --grace -500ms: a duration must not be negative; give one such as 10s (the default)\n"},
+		{"--group-timeout -1s", "gpuguard run: --group-timeout -1s: a duration must not be negative; give one such as 60s (the default)\n"},
+	} {
+		ran := false
+		r := gpuguardWith(t, func(s Streams) *cli.Command {
+			return newRunCmd(s, func(supervisor.Config) error { ran = true; return nil })
+		}, append(append([]string{"run"}, strings.Fields(tc.args)...), "--", "t")...)
+		if ran || r.code != 64 || r.stderr != tc.want {
+			t.Errorf("%s: ran %v, %+v, want 64 and %q", tc.args, ran, r, tc.want)
+		}
+	}
+	// Zero is a duration: no grace.
+	r := gpuguardWith(t, func(s Streams) *cli.Command {
+		return newRunCmd(s, func(supervisor.Config) error { return nil })
+	}, "run", "--grace", "0s", "--", "t")
+	if r.code != 0 {
+		t.Errorf("--grace 0s: %+v", r)
+	}
+}

@@ -45,6 +45,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
@@ -340,36 +341,10 @@ func b2i(b bool) int {
 	return 0
 }
 
-// writeAtomic replaces path with data: a temporary file beside it (a name
-// node_exporter's textfile collector skips: it reads *.prom only) renamed
-// over it. Not synced: the file says where a live run stands, and is
-// rewritten at the next event.
+// writeAtomic replaces path with data (fsutil.ReplaceFile: a temporary
+// file beside it, with a name node_exporter's textfile collector skips,
+// renamed over it), with mode 0644 less the umask. Not synced: the file
+// says where a live run stands, and is rewritten at the next event.
 func writeAtomic(path string, data []byte) error {
-	dir, name := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
+	return fsutil.ReplaceFile(path, data, 0o644)
 }

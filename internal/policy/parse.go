@@ -16,6 +16,12 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
+// MaxFileBytes is the most a policy file may hold (4 MiB): the readers of
+// policy files (presets.Load) read no more, so that a device such as
+// /dev/zero or a runaway file is refused at once rather than read until
+// memory runs out.
+const MaxFileBytes = 4 << 20
+
 // Parse reads and validates a policy file. filename is used only in
 // messages. Every problem found is reported, not just the first: the error
 // is an *Error, or several joined with errors.Join, each formatted as
@@ -25,6 +31,9 @@ import (
 // errors. A nil error means the policy is complete and consistent; whether
 // its knobs can be read from a given command is checked later, by Start.
 func Parse(filename string, data []byte) (*Policy, error) {
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: filename, Line: 1, Col: 1, Msg: fmt.Sprintf("policy file is %d bytes, over the %d (4 MiB) a policy may hold", len(data), MaxFileBytes)}
+	}
 	w := &walker{errs: errs{file: filename}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {

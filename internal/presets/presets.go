@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/policy"
 )
 
@@ -81,7 +82,7 @@ func Load(nameOrPath, workDir string) (filename string, data []byte, err error) 
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(workDir, path)
 	}
-	data, err = os.ReadFile(path)
+	data, err = fsutil.ReadFileLimit(path, policy.MaxFileBytes)
 	switch {
 	case err == nil:
 		return path, data, nil
@@ -117,7 +118,7 @@ func discover(workDir string) (string, []byte, error) {
 	for _, dir := range dirs {
 		for _, name := range fileNames {
 			path := filepath.Join(dir, name)
-			data, err := os.ReadFile(path)
+			data, err := fsutil.ReadFileLimit(path, policy.MaxFileBytes)
 			if err == nil {
 				return path, data, nil
 			}

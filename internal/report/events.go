@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -35,25 +34,25 @@ type Run struct {
 
 // Attempt is one launch of the job.
 type Attempt struct {
-	N          int               `json:"attempt"`
-	Start      *time.Time        `json:"start,omitempty"`
-	End        *time.Time        `json:"end,omitempty"`
-	PID        int               `json:"pid,omitempty"`
-	Argv       []string          `json:"argv,omitempty"`
-	EnvChanges []string          `json:"env_changes,omitempty"`
-	Knobs      map[string]any    `json:"knobs,omitempty"`
-	Checkpoint string            `json:"checkpoint,omitempty"` // what it resumed from
-	ExitCode   *int              `json:"exit_code"`
-	Signal     string            `json:"signal,omitempty"`
-	DurationS  *float64          `json:"duration_s,omitempty"`
-	LastStep   *int64            `json:"last_step,omitempty"`
-	Verdict    *classify.Verdict `json:"verdict,omitempty"`
-	Phases     []PhaseMark       `json:"phases,omitempty"`
-	Failures   []Failure         `json:"failures,omitempty"`
-	Warnings   []Note            `json:"warnings,omitempty"`
-	Memory     *memory.Summary   `json:"memory,omitempty"`
-	MemoryFrom string            `json:"memory_from,omitempty"` // "events" or "timeline"
-	Decision   *Decision         `json:"decision,omitempty"`
+	N          int                   `json:"attempt"`
+	Start      *time.Time            `json:"start,omitempty"`
+	End        *time.Time            `json:"end,omitempty"`
+	PID        int                   `json:"pid,omitempty"`
+	Argv       []string              `json:"argv,omitempty"`
+	EnvChanges []string              `json:"env_changes,omitempty"`
+	Knobs      map[string]any        `json:"knobs,omitempty"`
+	Checkpoint string                `json:"checkpoint,omitempty"` // what it resumed from
+	ExitCode   *int                  `json:"exit_code"`
+	Signal     string                `json:"signal,omitempty"`
+	DurationS  *float64              `json:"duration_s,omitempty"`
+	LastStep   *int64                `json:"last_step,omitempty"`
+	Verdict    *classify.Verdict     `json:"verdict,omitempty"`
+	Phases     []PhaseMark           `json:"phases,omitempty"`
+	Failures   []Failure             `json:"failures,omitempty"`
+	Warnings   []Note                `json:"warnings,omitempty"`
+	Memory     *record.MemorySummary `json:"memory,omitempty"`
+	MemoryFrom string                `json:"memory_from,omitempty"` // "events" or "timeline"
+	Decision   *Decision             `json:"decision,omitempty"`
 	// Site is where the torch probe saw the attempt's OOM raised.
 	Site  *record.ProbeSite `json:"site,omitempty"`
 	Extra map[string]string `json:"-"`

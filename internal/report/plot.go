@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
@@ -118,7 +118,7 @@ func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot,
 	defer f.Close()
 	lines := map[[2]string]*series{}
 	var order [][2]string
-	err = memory.ReadTimeline(f, func(r memory.TimelineRow) error {
+	err = record.ReadTimeline(f, func(r record.TimelineRow) error {
 		k := [2]string{r.Device, fmt.Sprint(r.Attempt)}
 		s := lines[k]
 		if s == nil {

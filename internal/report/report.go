@@ -3,7 +3,7 @@
 //
 // report reads what the supervisor writes into a run directory:
 // events.jsonl (one JSON object per line; unknown types and fields are
-// ignored), timeline.csv (memory.TimelineHeader) and state.json (not needed
+// ignored), timeline.csv (record.TimelineHeader) and state.json (not needed
 // for the report). See docs/memory.md.
 package report
 
@@ -18,7 +18,6 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -93,14 +92,14 @@ func Command(o Options) error {
 	if o.Plot != "" {
 		if ti == nil {
 			return fail(exitcode.NoInput, "cannot plot: %s has no memory timeline (%s); memory is sampled only by `gpuguard run`",
-				o.RunDir, memory.TimelineFile)
+				o.RunDir, record.Timeline)
 		}
 		if ti.rows == 0 {
 			// A job that ends within its first sample leaves the header
 			// alone: the plot still shows its attempts.
-			fmt.Fprintf(o.Stderr, "gpuguard report: %s holds no memory sample (the attempts ended before the first); the plot shows the attempts only\n", memory.TimelineFile)
+			fmt.Fprintf(o.Stderr, "gpuguard report: %s holds no memory sample (the attempts ended before the first); the plot shows the attempts only\n", record.Timeline)
 		}
-		if err := plotRun(run, ti, filepath.Join(o.RunDir, memory.TimelineFile), o.Plot); err != nil {
+		if err := plotRun(run, ti, filepath.Join(o.RunDir, record.Timeline), o.Plot); err != nil {
 			return fail(exitcode.CantCreate, "plot %s: %v", o.Plot, err)
 		}
 		fmt.Fprintf(o.Stderr, "gpuguard report: memory plot written to %s\n", o.Plot)
@@ -112,11 +111,11 @@ func Command(o Options) error {
 // of attempts that have no memory event (the supervisor was killed before
 // writing it). Problems go to stderr; nil when there is no timeline.
 func loadTimeline(run *Run, stderr io.Writer) *timelineInfo {
-	path := filepath.Join(run.RunDir, memory.TimelineFile)
+	path := filepath.Join(run.RunDir, record.Timeline)
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
-	run.Timeline = memory.TimelineFile
+	run.Timeline = record.Timeline
 	ti, err := scanTimeline(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuguard report: %v (peaks use the lines before it)\n", err)

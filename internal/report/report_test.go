@@ -268,12 +268,12 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 		events.Write(append(b, '\n'))
 	}
 	event("run_start", map[string]any{"argv": []string{"python", "train.py"}, "run_dir": dir})
-	tl, err := memory.OpenTimeline(filepath.Join(dir, memory.TimelineFile))
+	tl, err := memory.OpenTimeline(filepath.Join(dir, record.Timeline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	gpu := &fakeGPU{used: []uint64{8 * gib, 8 * gib}}
-	var summaries []memory.Summary
+	var summaries []record.MemorySummary
 	for attempt := 1; attempt <= 2; attempt++ {
 		event("attempt_start", map[string]any{"attempt": attempt, "knobs": map[string]any{"batch_size": 64 / attempt}})
 		s := memory.NewSampler(memory.SamplerConfig{GPU: gpu, Timeline: tl, Attempt: attempt, Now: clock, Origin: t0})
@@ -324,7 +324,7 @@ func TestReportOfASamplerRecordedRun(t *testing.T) {
 	}
 	// The timeline alone gives the same peaks (what the report uses when the
 	// memory event is missing).
-	ti, err := scanTimeline(filepath.Join(dir, memory.TimelineFile))
+	ti, err := scanTimeline(filepath.Join(dir, record.Timeline))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestReportSignals(t *testing.T) {
 // unless the machine ran short); a GPU's capacity the job came near is.
 func TestPlotScale(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, memory.TimelineFile)
+	path := filepath.Join(dir, record.Timeline)
 	const gib = 1 << 30
 	csv := "elapsed_ms,attempt,phase,device,used_bytes,limit_bytes,job_bytes\n"
 	for ms := 0; ms <= 4000; ms += 500 {
@@ -451,11 +451,11 @@ func TestPlotScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ti, err = scanTimeline("testdata/run-oom/" + memory.TimelineFile)
+	ti, err = scanTimeline("testdata/run-oom/" + record.Timeline)
 	if err != nil {
 		t.Fatal(err)
 	}
-	panels, err = buildPanels(run, ti, "testdata/run-oom/"+memory.TimelineFile)
+	panels, err = buildPanels(run, ti, "testdata/run-oom/"+record.Timeline)
 	if err != nil || len(panels) != 2 {
 		t.Fatalf("%d panels, %v", len(panels), err)
 	}
@@ -481,7 +481,7 @@ func TestReportPlotWithoutSamples(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(run, "timeline.csv"), []byte(memory.TimelineHeader+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(run, "timeline.csv"), []byte(record.TimelineHeader+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pngPath := filepath.Join(t.TempDir(), "mem.png")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -122,7 +121,7 @@ func writeAttempt(w io.Writer, a *Attempt) {
 	}
 }
 
-func writeMemory(w io.Writer, s *memory.Summary, from string) {
+func writeMemory(w io.Writer, s *record.MemorySummary, from string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	src := ""
 	if from == "timeline" {

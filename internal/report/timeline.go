@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // timelineInfo is what one pass over timeline.csv learns: per-attempt
@@ -19,7 +19,7 @@ type timelineInfo struct {
 	maxMs      int64
 	devices    []string // in first-seen order
 	capacity   map[string]uint64
-	attempts   map[int]*memory.Summary
+	attempts   map[int]*record.MemorySummary
 	valSpans   []span // validation, by attempt, in time order
 	attemptsAt []span // first and last sample of each attempt
 }
@@ -36,13 +36,13 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		return nil, err
 	}
 	defer f.Close()
-	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*memory.Summary{}}
-	acc := map[int]map[classify.Phase]*memory.PhaseSummary{}
+	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*record.MemorySummary{}}
+	acc := map[int]map[classify.Phase]*record.PhaseSummary{}
 	seenDev := map[string]bool{}
 	lastMs := map[int]int64{}
 	var cur *span // open validation span
 	var curAttempt *span
-	err = memory.ReadTimeline(f, func(r memory.TimelineRow) error {
+	err = record.ReadTimeline(f, func(r record.TimelineRow) error {
 		if ti.rows == 0 || r.ElapsedMs < ti.minMs {
 			ti.minMs = r.ElapsedMs
 		}
@@ -76,9 +76,9 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		// Peaks per attempt and phase.
 		sum := ti.attempts[r.Attempt]
 		if sum == nil {
-			sum = &memory.Summary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
+			sum = &record.MemorySummary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
 			ti.attempts[r.Attempt] = sum
-			acc[r.Attempt] = map[classify.Phase]*memory.PhaseSummary{}
+			acc[r.Attempt] = map[classify.Phase]*record.PhaseSummary{}
 		}
 		newSample := false
 		if lm, ok := lastMs[r.Attempt]; !ok || lm != r.ElapsedMs {
@@ -89,7 +89,7 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		sum.LastMs = r.ElapsedMs
 		ps := acc[r.Attempt][r.Phase]
 		if ps == nil {
-			ps = &memory.PhaseSummary{Phase: r.Phase}
+			ps = &record.PhaseSummary{Phase: r.Phase}
 			acc[r.Attempt][r.Phase] = ps
 		}
 		if newSample {
@@ -108,14 +108,14 @@ func scanTimeline(path string) (*timelineInfo, error) {
 			ps.RAMPeakBytes = max(ps.RAMPeakBytes, r.UsedBytes)
 			ps.RAMTotalBytes = r.LimitBytes
 		default:
-			var dp *memory.DevicePeak
+			var dp *record.DevicePeak
 			for i := range ps.GPU {
 				if ps.GPU[i].ID == r.Device {
 					dp = &ps.GPU[i]
 				}
 			}
 			if dp == nil {
-				ps.GPU = append(ps.GPU, memory.DevicePeak{ID: r.Device})
+				ps.GPU = append(ps.GPU, record.DevicePeak{ID: r.Device})
 				dp = &ps.GPU[len(ps.GPU)-1]
 			}
 			if r.UsedBytes > dp.PeakBytes {

@@ -1,8 +1,14 @@
 // Package rundir writes the directory that keeps one run's record:
 // output.log (the job's bytes, Log), events.jsonl (Write), gpuguard.log
 // (Logger) and files replaced whole (WriteFileAtomic; state.json holds a
-// RunState). What the files hold, and how to read them back, is package
-// record.
+// record.RunState). What the files hold, and how to read them back, is
+// package record.
+//
+// A run owns its directory: Create and Open take an exclusive lock on its
+// gpuguard.lock, held until Close or the process's end (kill -9 included),
+// so that a second run, or a --resume-run of a live one, is refused
+// (ErrInUse) rather than mixed into it. The run's files are opened without
+// following symbolic links, and a link planted in their place is refused.
 package rundir
 
 import (
@@ -16,11 +22,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -34,7 +42,10 @@ type Dir struct {
 	out    *bufferedFile
 	events *os.File
 	glog   *os.File
-	logger *zap.Logger
+	lock   *os.File // gpuguard.lock, flock'ed for the run's life
+	// unlocked says why the directory could not be locked ("" when it is).
+	unlocked string
+	logger   *zap.Logger
 
 	mu       sync.Mutex // events, observers
 	eventErr bool
@@ -50,10 +61,16 @@ type Dir struct {
 // could not write events.jsonl or gpuguard.log (a full or failing file
 // system): the job goes on, and the user must know its record is incomplete.
 // Without it those errors are dropped; they never reach the job's stream.
+//
+// A directory that could not be locked (a file system without flock, such
+// as Lustre mounted noflock) is said there too, at once.
 func (r *Dir) OnWriteError(warn func(msg string)) {
 	r.warnMu.Lock()
 	defer r.warnMu.Unlock()
 	r.warn = warn
+	if r.unlocked != "" && warn != nil {
+		warn(r.unlocked)
+	}
 }
 
 func (r *Dir) writeFailed(name string, err error) {
@@ -100,7 +117,7 @@ func Create(explicit, workDir string) (*Dir, error) {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return nil, runDirError(p, err)
 		}
-		return openFiles(p)
+		return openFiles(p, false, false)
 	}
 	top := filepath.Join(workDir, ".gpuguard")
 	if _, err := os.Stat(top); errors.Is(err, fs.ErrNotExist) {
@@ -120,7 +137,7 @@ func Create(explicit, workDir string) (*Dir, error) {
 		p := filepath.Join(runs, time.Now().Format("20060102-150405")+"-"+hex.EncodeToString(b[:]))
 		err := os.Mkdir(p, 0o755)
 		if err == nil {
-			return openFiles(p)
+			return openFiles(p, true, false)
 		}
 		if !errors.Is(err, fs.ErrExist) || i >= 10 {
 			return nil, runDirError(p, err)
@@ -129,7 +146,7 @@ func Create(explicit, workDir string) (*Dir, error) {
 }
 
 // Open opens the directory of an earlier run (--resume-run) to append to
-// it. It must exist.
+// it. It must exist, and its run must have ended: a live one is ErrInUse.
 func Open(path string) (*Dir, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -139,7 +156,73 @@ func Open(path string) (*Dir, error) {
 	if !st.IsDir() {
 		return nil, &dirError{msg: fmt.Sprintf("cannot open run directory %q: not a directory", path)}
 	}
-	return openFiles(path)
+	return openFiles(path, false, true)
+}
+
+// flock is syscall.Flock; tests replace it to be a file system without
+// locks.
+var flock = syscall.Flock
+
+// noLockError: the directory is usable but could not be locked.
+type noLockError struct {
+	msg string
+	err error
+}
+
+func (e *noLockError) Error() string { return e.msg }
+func (e *noLockError) Unwrap() error { return e.err }
+
+// ErrInUse is the error (errors.Is) of Create and Open for a run directory
+// whose lock another live gpuguard holds.
+var ErrInUse = errors.New("run directory in use")
+
+// lock takes the run directory's lock, without waiting: the holder's pid
+// and start time are then written in the file, for the message another run
+// gets.
+func lock(p string, resume bool) (*os.File, error) {
+	path := filepath.Join(p, record.Lock)
+	// O_RDWR, never O_APPEND: the holder rewrites the file.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			err = &fs.PathError{Op: "open", Path: path, Err: fsutil.ErrSymlink}
+		}
+		return nil, writeError(p, err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, &dirError{msg: fmt.Sprintf("cannot use run directory %q: %s is not a regular file; remove it, or pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, path)}
+	}
+	for {
+		err = flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EWOULDBLOCK {
+		holder := "another gpuguard"
+		if b, rerr := io.ReadAll(io.LimitReader(f, 512)); rerr == nil && len(b) > 0 {
+			holder += " (" + strings.TrimSpace(string(b)) + ")"
+		}
+		f.Close()
+		if resume {
+			return nil, &dirError{err: ErrInUse, msg: fmt.Sprintf("cannot resume run directory %q: its run is still going, in %s; stop that run first, or wait for its end", p, holder)}
+		}
+		return nil, &dirError{err: ErrInUse, msg: fmt.Sprintf("cannot use run directory %q: %s is running in it; wait for that run's end, or pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, holder)}
+	}
+	if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOLCK) {
+		// A file system without locks: the run goes on, unguarded, and says so.
+		return f, &noLockError{err: err, msg: fmt.Sprintf("warning: run directory %s is not locked (%v: its file system has no flock): nothing stops a second run from using it at the same time", p, err)}
+	}
+	if err != nil {
+		f.Close()
+		return nil, &dirError{err: err, msg: fmt.Sprintf("cannot lock run directory %q (%s): %v; pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, path, err)}
+	}
+	// Best effort: the lock, not this text, keeps the directory.
+	if err := f.Truncate(0); err == nil {
+		fmt.Fprintf(f, "pid %d, started %s\n", os.Getpid(), time.Now().Format(time.RFC3339))
+	}
+	return f, nil
 }
 
 // dirError is a run directory that cannot be created, opened or written
@@ -165,28 +248,55 @@ func unwrapPath(err error) error {
 	return err
 }
 
-func openFiles(p string) (*Dir, error) {
+func writeError(p string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && (errors.Is(err, fsutil.ErrSymlink) || isNotRegular(err)) {
+		return &dirError{err: err,
+			msg: fmt.Sprintf("cannot use run directory %q: %s %v; remove it, or pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to another directory", p, pe.Path, pe.Err)}
+	}
+	return &dirError{err: err,
+		msg: fmt.Sprintf("cannot write in run directory %q: %v; pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to a writable directory", p, unwrapPath(err))}
+}
+
+func isNotRegular(err error) bool {
+	var nr *fsutil.NotRegularError
+	return errors.As(err, &nr)
+}
+
+// openFiles locks the directory p and opens its files: new ones (fresh: p
+// was just made, so each file must not exist yet) or appended to. resume
+// says the lock is taken for --resume-run (its message).
+func openFiles(p string, fresh, resume bool) (*Dir, error) {
+	lk, err := lock(p, resume)
+	var nl *noLockError
+	if err != nil && !errors.As(err, &nl) {
+		return nil, err
+	}
+	r := &Dir{path: p, lock: lk}
+	if nl != nil {
+		r.unlocked = nl.msg
+	}
+	var opened []*os.File
 	open := func(name string) (*os.File, error) {
-		f, err := os.OpenFile(filepath.Join(p, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		f, err := fsutil.OpenAppend(filepath.Join(p, name), 0o644, fresh)
 		if err != nil {
-			return nil, &dirError{err: err,
-				msg: fmt.Sprintf("cannot write in run directory %q: %v; pass --run-dir DIR (or set GPUGUARD_RUN_DIR) to a writable directory", p, unwrapPath(err))}
+			for _, f := range opened {
+				f.Close()
+			}
+			lk.Close()
+			return nil, writeError(p, err)
 		}
+		opened = append(opened, f)
 		return f, nil
 	}
-	r := &Dir{path: p}
-	var err error
 	var out *os.File
 	if out, err = open(record.OutputLog); err != nil {
 		return nil, err
 	}
 	if r.events, err = open(record.Events); err != nil {
-		out.Close()
 		return nil, err
 	}
 	if r.glog, err = open(record.GpuguardLog); err != nil {
-		out.Close()
-		r.events.Close()
 		return nil, err
 	}
 	r.out = newBufferedFile(out)
@@ -195,6 +305,9 @@ func openFiles(p string) (*Dir, error) {
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(r.glog)), zapcore.InfoLevel)
 	// No sampling: every entry of a run's log matters.
 	r.logger = zap.New(core, zap.Fields(zap.Int("gpuguard_pid", os.Getpid())), zap.ErrorOutput(zapErrors{r}))
+	if r.unlocked != "" {
+		r.logger.Warn("run directory not locked", zap.String("why", r.unlocked))
+	}
 	return r, nil
 }
 
@@ -244,45 +357,15 @@ func (r *Dir) Write(ev record.Event) {
 	}
 }
 
-// WriteFileAtomic replaces the file name in the run directory with data: a
-// temporary file is written, synced and renamed over it, and the directory
-// is synced, so that a reader (or a crash) sees the old content or the new,
-// never a mix. name must be a plain file name.
+// WriteFileAtomic replaces the file name in the run directory with data
+// (fsutil.WriteFileAtomic): a reader (or a crash) sees the old content or
+// the new, never a mix. The file's mode is 0644 less the umask, like the
+// run's other files. name must be a plain file name.
 func (r *Dir) WriteFileAtomic(name string, data []byte) error {
 	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
 		return fmt.Errorf("run directory: %q is not a plain file name", name)
 	}
-	tmp, err := os.CreateTemp(r.path, "."+name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s in %s: %w", name, r.path, err)
-	}
-	fail := func(err error) error {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s in %s: %w", name, r.path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s in %s: %w", name, r.path, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(r.path, name)); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s in %s: %w", name, r.path, err)
-	}
-	if d, err := os.Open(r.path); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return fsutil.WriteFileAtomic(filepath.Join(r.path, name), data, 0o644)
 }
 
 // Close flushes and closes the run's files. It returns the first error of
@@ -292,6 +375,7 @@ func (r *Dir) Close() error {
 	_ = r.logger.Sync()
 	r.events.Close()
 	r.glog.Close()
+	r.lock.Close() // last: the directory is another run's only once its files are closed
 	return err
 }
 

@@ -1,58 +1,20 @@
 package rundir
 
 import (
-	"encoding/json"
-	"time"
-
-	"github.com/gpuguard/gpuguard/internal/policy"
-	"github.com/gpuguard/gpuguard/internal/probes/classify"
-	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
-// RunState is the content of state.json (record.State): where the run
-// stands, written whole after every decision, so that `gpuguard run
-// --resume-run DIR` (or a Slurm requeue) continues with the settings that
-// fit rather than starting again at those that failed.
-type RunState struct {
-	Version    int      `json:"version"` // 1
-	Argv       SafeArgv `json:"argv"`    // the user's command, written with its secrets masked
-	Policy     string   `json:"policy"`  // the policy file it ran with ("" for none)
-	Attempt    int      `json:"attempt"`
-	Checkpoint string   `json:"checkpoint,omitempty"` // last checkpoint resumed from
-	// Started is when the run began (kept across --resume-run and Slurm
-	// requeues): checkpoints older than that belong to earlier runs.
-	Started  time.Time    `json:"started,omitzero"`
-	Policies policy.State `json:"state"`
-	Done     bool         `json:"done"`      // the run ended (success or give-up)
-	ExitCode int          `json:"exit_code"` // when Done
-	// History is what each attempt died of and how high its memory went,
-	// so that a person (or the next decision) sees the peaks.
-	History []AttemptState `json:"history,omitempty"`
-}
+// The schema of state.json is record.RunState, and its attempts
+// record.AttemptState; the supervisor names RunState[policy.State].
+type AttemptState = record.AttemptState
 
-// SafeArgv is the command in state.json. It is written with its secrets masked
-// (internal/redact, docs/secrets.md), so it is a record for people, never
-// a command to run: --resume-run and a Slurm requeue run the command given
-// on their own command line.
-type SafeArgv []string
-
-// MarshalJSON writes the command with its secrets masked.
-func (a SafeArgv) MarshalJSON() ([]byte, error) { return json.Marshal(redact.Argv(a)) }
-
-// AttemptState is one attempt in state.json.
-type AttemptState struct {
-	Attempt  int                  `json:"attempt"`
-	ExitCode int                  `json:"exit_code"`
-	Kind     classify.Kind        `json:"kind"`
-	Phase    classify.Phase       `json:"phase,omitempty"`
-	LastStep *int64               `json:"last_step,omitempty"`
-	Memory   record.MemorySummary `json:"memory"`
-}
-
-// Knobs returns knob values as the journal records them (the Policy and
-// Decision events).
-func Knobs(vs policy.Values) map[string]record.Value {
+// Knobs returns knob values (policy.Values) as the journal records them
+// (the Policy and Decision events). It takes any map of values with the
+// fields of record.Value, so that this package does not import the policy.
+func Knobs[M ~map[string]V, V ~struct {
+	Text string
+	Null bool
+}](vs M) map[string]record.Value {
 	if vs == nil {
 		return nil
 	}

@@ -35,7 +35,7 @@ type loop struct {
 	pjob policy.Job     // the job as the policy sees it: the environment it gets
 	// userEnv is gpuguard's own environment, before its allocator settings.
 	userEnv []string
-	state   rundir.RunState
+	state   runState
 
 	job    *Job
 	status *Status // the job's, once prepared; a dry run's own

@@ -17,7 +17,6 @@ import (
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
-	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
 // Unit tests of the run loop's decisions: which checkpoint a relaunch
@@ -131,7 +130,7 @@ func (lt *loopTest) checkpointAt(t *testing.T, rel string) string {
 	return p
 }
 
-func (lt *loopTest) state(t *testing.T) rundir.RunState {
+func (lt *loopTest) state(t *testing.T) runState {
 	t.Helper()
 	return readState(t, lt.job.RunDir.Path())
 }

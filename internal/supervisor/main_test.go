@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
@@ -377,13 +376,13 @@ func (g *gpuguardProc) exitCode(t *testing.T) int {
 }
 
 // readState reads the state.json of the run directory dir.
-func readState(t *testing.T, dir string) rundir.RunState {
+func readState(t *testing.T, dir string) runState {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st rundir.RunState
+	var st runState
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}

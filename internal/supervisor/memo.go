@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
@@ -293,31 +294,14 @@ func updateMemo(path, key string, entry *memoEntry) (bool, error) {
 	return true, writeMemo(path, m)
 }
 
-// writeMemo writes m to a temporary file beside path and renames it over
-// path.
+// writeMemo replaces path with m, written whole (fsutil.WriteFileAtomic),
+// readable by the user only, as before.
 func writeMemo(path string, m memo) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".memo-*.json")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(append(data, '\n'))
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-	}
-	return werr
+	return fsutil.WriteFileAtomic(path, append(data, '\n'), 0o600)
 }
 
 // sameEntry: a and b remember the same values for the same command.

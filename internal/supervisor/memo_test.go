@@ -65,7 +65,7 @@ func TestMemoConcurrentUpdatesMerge(t *testing.T) {
 			t.Errorf("entry key%d lost or wrong: %+v", i, e)
 		}
 	}
-	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".memo-*"))
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".memo.json.tmp-*"))
 	if len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
 	}

@@ -6,17 +6,17 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
-	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // StateFile is the run directory's record of where the run stands, written
 // atomically after every decision, so that `gpuguard run --resume-run DIR`
 // (or a Slurm requeue) continues with the settings that fit rather than
-// starting again at those that failed. Its schema is rundir.RunState.
+// starting again at those that failed. Its schema is record.RunState.
 const StateFile = record.State
 
 // derivedDir is the run directory's folder for derived config copies.
@@ -54,7 +54,7 @@ func (l *loop) loadPolicy(status *Status) int {
 	if n := pol.Notify(); l.cfg.Notify == "" && l.cfg.NotifyCommand == "" { // the flags replace the policy's notify:
 		l.cfg.Notify, l.cfg.NotifyCommand = n.URL, n.Command
 	}
-	l.state = rundir.RunState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
+	l.state = runState{Version: 1, Argv: l.cfg.Argv, Policy: pol.File(), Policies: policy.NewState(vals), Started: l.origin}
 	return 0
 }
 
@@ -78,12 +78,12 @@ func (l *loop) resolveRunDir(status *Status) int {
 	if l.cfg.ResumeRun == "" {
 		return 0
 	}
-	data, err := os.ReadFile(filepath.Join(l.cfg.ResumeRun, StateFile))
+	data, err := fsutil.ReadFileLimit(filepath.Join(l.cfg.ResumeRun, StateFile), record.MaxStateBytes)
 	if err != nil {
 		status.Printf("cannot resume: %v (give the directory of an earlier gpuguard run)", err)
 		return ExitCantCreate
 	}
-	var st rundir.RunState
+	var st runState
 	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
 		status.Printf("cannot resume: %s is not a gpuguard state file (%v); start a new run instead", filepath.Join(l.cfg.ResumeRun, StateFile), err)
 		return ExitConfig

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
@@ -11,6 +12,10 @@ const (
 	eventsName    = record.Events
 	gpuguardLog   = record.GpuguardLog
 )
+
+// runState is the content of state.json (record.RunState, holding the
+// policy's state).
+type runState = record.RunState[policy.State]
 
 // createRunDir creates the directory of a new run (rundir.Create). Failure
 // returns an *Error with ExitCantCreate (73) that says which directory and

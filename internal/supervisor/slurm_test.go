@@ -15,8 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/gpuguard/gpuguard/internal/rundir"
 )
 
 // fakeScontrol is the stand-in: it appends its arguments to
@@ -127,7 +125,7 @@ func (c *slurmCase) events(t *testing.T, runDir, typ string) []map[string]any {
 	return out
 }
 
-func (c *slurmCase) state(t *testing.T, runDir string) rundir.RunState {
+func (c *slurmCase) state(t *testing.T, runDir string) runState {
 	t.Helper()
 	return readState(t, filepath.Join(c.dir, ".gpuguard", "runs", runDir))
 }

@@ -48,23 +48,9 @@ const (
 	leakHistory = 32
 )
 
-// TimelineHeader is the first line of timeline.csv. Each later line is one
-// device at one sample:
-//
-//	elapsed_ms  milliseconds since the run's origin (SamplerConfig.Origin)
-//	attempt     attempt number
-//	phase       phase in effect ("train", "val", "" before any marker)
-//	device      "gpu<N>" / "gpu<N>.mig<M>" (NVML index), "host" (the job's
-//	            process tree, PSS), "cgroup" (the memory cgroup's working set;
-//	            only when it has a limit), "ram" (the machine: MemTotal minus
-//	            MemAvailable)
-//	used_bytes  bytes in use (GPU: total minus free, all processes)
-//	limit_bytes capacity: GPU memory, the ceiling that applies to the job
-//	            (host: the cgroup limit when lower than RAM, else RAM), the
-//	            cgroup limit, the RAM
-//	job_bytes   GPU only: memory of the job's processes as NVML attributes
-//	            it; empty when unknown
-const TimelineHeader = "elapsed_ms,attempt,phase,device,used_bytes,limit_bytes,job_bytes"
+// TimelineHeader is the first line of timeline.csv (record.TimelineHeader
+// describes its columns).
+const TimelineHeader = record.TimelineHeader
 
 // SamplerConfig configures a Sampler. Zero values mean the defaults.
 type SamplerConfig struct {

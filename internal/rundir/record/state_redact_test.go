@@ -1,4 +1,4 @@
-package rundir
+package record
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 // keeps it whole, and the file still reads back.
 func TestStateArgvRedacted(t *testing.T) {
 	argv := []string{"python", "train.py", "--api-key=s3cr3t", "--token", "abc", "https://u:pw@host/x", "HF_TOKEN=zzz", "--lr", "1e-4"}
-	st := RunState{Version: 1, Argv: slices.Clone(argv)}
+	st := RunState[struct{}]{Version: 1, Argv: slices.Clone(argv)}
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -21,7 +21,7 @@ func TestStateArgvRedacted(t *testing.T) {
 			t.Errorf("state.json holds %q:\n%s", secret, data)
 		}
 	}
-	var back RunState
+	var back RunState[struct{}]
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
