@@ -77,6 +77,7 @@ type Classifier struct {
 	hits hitSet
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
+	ebuf []byte   // a line with escaped newlines, unescaped (message.go)
 	num  int      // number of the line being read
 	rank int      // rank prefix of the line being read, -1 when none
 
@@ -286,6 +287,9 @@ func (c *Classifier) Line(l lines.Line) {
 	c.m.scan(rest, &c.hits)
 	if c.hits.has(kwOctalCR) || c.hits.has(kwOctalEsc) {
 		c.octalFrames(rest, rank, l.Text)
+		return
+	}
+	if c.hits.has(kwEscNL) && c.escapedFrames(rest, rank) {
 		return
 	}
 	c.frame(rest, rank, l.Text, true)

@@ -46,6 +46,11 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
 	}
+	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) {
+		if f, ok := hostReporterLine(t); ok {
+			return f, true
+		}
+	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
 		if f, ok := vllmWarmupLine(t); ok {
@@ -109,6 +114,9 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 				o.Format = "th_not_enough_memory"
 			}
 			f.oom = o
+			return f, true
+		}
+		if f, ok := posixMemalign(t); ok {
 			return f, true
 		}
 	}

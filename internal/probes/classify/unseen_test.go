@@ -143,6 +143,9 @@ func scoreEntry(s *halfScore, e corpusEntry, data []byte, v Verdict, seen map[in
 			ok = got == nil
 		case got != nil:
 			w, err := manifestBytes(val)
+			if strings.HasPrefix(val, "shape[") {
+				w, err = tfShapeBytes(val, data)
+			}
 			ok = err == nil && *got-w <= 1 && w-*got <= 1
 		}
 		if ok {

@@ -1,0 +1,147 @@
+package classify
+
+// The message reader: what it takes to read a failure message as its
+// program printed it when a logger, a terminal or a paste has changed its
+// line structure. Hard wraps at a fixed column and a logger's prefix
+// repeated on continuation records are joined by the pending-message state
+// (Classifier.continuePending); this file reads the two other shapes:
+//
+//   - a message quoted inside a structured record (a JSON log line, a
+//     Python dict's repr) with its newlines escaped as the two characters
+//     `\n`: the record is split at each escape and each part read as a line
+//     of its own, unescaped (`\"`, `\\`, `\'`, `\t`, `\u001b[...m`);
+//   - a message glued to the text printed before it with no separator
+//     ("... aborting runRuntimeError: CUDA out of memory."): an exception's
+//     name is Python's dotted identifier whose last part starts with an
+//     upper-case letter (the class) and whose other parts are lower-case
+//     module names, so the text glued before it is cut off (exceptionName).
+
+import "bytes"
+
+// escapedFrames reads a line on which newlines were written as the escape
+// `\n` inside quoted text: each part is classified as a line (of the same
+// number and rank). It returns false, reading nothing, when the escape is
+// not inside quoted text.
+func (c *Classifier) escapedFrames(t []byte, rank int) bool {
+	first := bIndex(t, `\n`)
+	if first < 0 || bytes.IndexAny(t[:first], `"'`) < 0 {
+		return false
+	}
+	c.ebuf = c.ebuf[:0]
+	for i := 0; i < len(t); i++ {
+		b := t[i]
+		if b != '\\' || i+1 == len(t) {
+			c.ebuf = append(c.ebuf, b)
+			continue
+		}
+		switch n := t[i+1]; n {
+		case 'n', 'r':
+			c.ebuf = append(c.ebuf, '\n')
+			i++
+		case '"', '\'', '\\', '/':
+			c.ebuf = append(c.ebuf, n)
+			i++
+		case 't':
+			c.ebuf = append(c.ebuf, '\t')
+			i++
+		case 'u':
+			// \u001b[...m, an escape sequence: dropped with its parameters.
+			if i+6 <= len(t) && string(t[i+2:i+6]) == "001b" {
+				j := i + 6
+				if j < len(t) && t[j] == '[' {
+					j++
+					for j < len(t) && !(t[j] >= 0x40 && t[j] <= 0x7e) {
+						j++
+					}
+					if j < len(t) {
+						j++
+					}
+				}
+				i = j - 1
+				continue
+			}
+			c.ebuf = append(c.ebuf, b)
+		default:
+			c.ebuf = append(c.ebuf, b)
+		}
+	}
+	buf := c.ebuf
+	for len(buf) > 0 {
+		j := bytes.IndexByte(buf, '\n')
+		var fr []byte
+		if j < 0 {
+			fr, buf = buf, nil
+		} else {
+			fr, buf = buf[:j], buf[j+1:]
+		}
+		if len(trimSpace(fr)) > 0 {
+			c.frame(fr, rank, fr, false)
+		}
+	}
+	return true
+}
+
+// exceptionName is the exception's name in the dotted identifier s (which
+// ended just before ": "), without text glued before it: the last part is
+// the class (it starts with an upper-case letter, or is glued to a lower-case
+// word before its first upper-case letter: "runRuntimeError"), the parts
+// before it are module names (lower case: "torch.cuda."); a part that is
+// neither ends the name. "" when s names no class.
+func exceptionName(s string) string {
+	dot := -1
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			dot = i
+			break
+		}
+	}
+	last := s[dot+1:]
+	if last == "" {
+		return ""
+	}
+	u := 0
+	for u < len(last)-1 && last[u] == '_' {
+		u++ // a private class: numpy's _ArrayMemoryError
+	}
+	if !(last[u] >= 'A' && last[u] <= 'Z') {
+		// Glued: the class starts at the first upper-case letter.
+		k := 0
+		for k < len(last) && !(last[k] >= 'A' && last[k] <= 'Z') {
+			k++
+		}
+		if k == len(last) {
+			return s // no class-like part: keep what was printed
+		}
+		return last[k:]
+	}
+	start := dot + 1
+	for start > 0 {
+		// The part before s[start-1] == '.'.
+		j := start - 1
+		i := j
+		for i > 0 && s[i-1] != '.' {
+			i--
+		}
+		part := s[i:j]
+		if !modulePart(part) {
+			break
+		}
+		start = i
+	}
+	return s[start:]
+}
+
+// modulePart says whether p can be a module's name in a dotted path: a
+// lower-case identifier.
+func modulePart(p string) bool {
+	if p == "" || asciiDigit(p[0]) {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || asciiDigit(c) || c == '_') {
+			return false
+		}
+	}
+	return true
+}
