@@ -108,7 +108,9 @@ type Classifier struct {
 	pend      pendingMsg
 	block     rootCauseBlock
 	lastFrame frameSeen // the last traceback frame line (site.go)
-	abUntil   int       // AutoBatch probing: OOM text until this line is the probe's
+	srcAt     int       // the line a traceback frame's source line is expected on (traceback_phase.go), 0: none
+	srcRank   int
+	abUntil   int // AutoBatch probing: OOM text until this line is the probe's
 	exp       expandableState
 	exit      *Exit
 
@@ -363,8 +365,21 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 		c.m.scan(t, &c.hits)
 	}
 	h := &c.hits
+	if c.srcAt == c.num && rank == c.srcRank {
+		c.srcAt = 0
+		if len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
+			if p := sourcePhase(t); p != PhaseNone {
+				r := newPhaseHit(p)
+				c.applyPhase(&r, t)
+				return
+			}
+		}
+	}
 	if h.has(kwFrame) {
 		c.lastFrame.note(t, c.num, rank)
+		if bHasPrefix(trimSpaceLeft(t), "File \"") {
+			c.srcAt, c.srcRank = c.num+1, rank
+		}
 	}
 	phaseShape, failShape := anchoredCandidate(t)
 	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {

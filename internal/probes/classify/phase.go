@@ -1335,7 +1335,15 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		"_fit_train", "fit_batch": // SpeechBrain
 		*r = newPhaseHit(PhaseTrain)
 	default:
-		return false
+		path := []byte(nil)
+		if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
+			path = tl[len("File \"") : len("File \"")+q]
+		}
+		p := framePhase(path, name)
+		if p == PhaseNone {
+			return false
+		}
+		*r = newPhaseHit(p)
 	}
 	return true
 }
