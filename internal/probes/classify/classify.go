@@ -85,6 +85,7 @@ type Classifier struct {
 	phase        Phase
 	explicit     bool
 	valDone      bool
+	sawTrain     bool // a training line was seen: a validation that ends goes back to training
 	valEpoch     int64
 	epoch        int64
 	st           stepRead // the step the verdict reports
@@ -291,7 +292,7 @@ func (c *Classifier) Line(l lines.Line) {
 		c.octalFrames(rest, rank, l.Text)
 		return
 	}
-	if c.hits.has(kwEscNL) && c.escapedFrames(rest, rank) {
+	if (c.hits.has(kwEscNL) || len(rest) > 1 && rest[0] == '{' && rest[1] == '"') && c.escapedFrames(rest, rank) {
 		return
 	}
 	c.frame(rest, rank, l.Text, true)
@@ -446,7 +447,9 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 	case c == 'a':
 		return bHasPrefix(tl, "all "), false
 	case c == 'e':
-		return bHasPrefix(tl, "eval "), false // Composer's evaluation bar, PaddleOCR's
+		return bHasPrefix(tl, "eval"), false // Composer's evaluation bar, PaddleOCR's; "eval finished"
+	case c == 'v' || c == 'V':
+		return bHasPrefix(tl, "val") || bHasPrefix(tl, "Val"), false // "val [10/25] loss=0.955" (progress_shape.go)
 	case c == 'E':
 		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
@@ -517,6 +520,9 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 		c.bareTrain = true
 	}
 	p := r.phase
+	if r.ends && c.sawTrain {
+		p = PhaseTrain // a finished validation: training goes on
+	}
 	if r.follow && p == PhaseNone {
 		p = c.phase // a bar both phases draw (Paddle's "step 10/938 - loss: ...")
 	}
@@ -526,6 +532,9 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.combined && c.phase == PhaseVal && !c.valDone && (c.valEpoch < 0 || r.epoch < 0 || c.valEpoch == r.epoch) {
 		// Lightning 1.x: the epoch bar also counts validation batches.
 		p = PhaseVal
+	}
+	if p == PhaseTrain {
+		c.sawTrain = true
 	}
 	if p != PhaseNone && p != c.phase {
 		c.phase = p

@@ -18,13 +18,49 @@ package classify
 
 import "bytes"
 
-// escapedFrames reads a line on which newlines were written as the escape
-// `\n` inside quoted text: each part is classified as a line (of the same
-// number and rank). It returns false, reading nothing, when the escape is
-// not inside quoted text.
+// jsonMessageKeys are the keys under which structured loggers put a
+// record's text: Python's json loggers and zap ("message", "msg"), Docker's
+// json-file and fluentd ("log"), Google Cloud Logging ("textPayload").
+var jsonMessageKeys = [...]string{`"message":`, `"msg":`, `"log":`, `"textPayload":`, `"message" :`, `"msg" :`}
+
+// jsonMessage returns the quoted value of a JSON log record's message field
+// (still escaped), or nil when t is not such a record.
+func jsonMessage(t []byte) []byte {
+	for _, k := range jsonMessageKeys {
+		i := bIndex(t, k)
+		if i < 0 {
+			continue
+		}
+		v := trimSpaceLeft(t[i+len(k):])
+		if len(v) == 0 || v[0] != '"' {
+			continue
+		}
+		v = v[1:]
+		for j := 0; j < len(v); j++ {
+			switch v[j] {
+			case '\\':
+				j++
+			case '"':
+				return v[:j]
+			}
+		}
+		return v // cut short: read what there is
+	}
+	return nil
+}
+
+// escapedFrames reads a structured record (a JSON log line: its message
+// field), or a line on which newlines were written as the escape `\n`
+// inside quoted text: each part is classified as a line (of the same
+// number and rank). It returns false, reading nothing, when t is neither.
 func (c *Classifier) escapedFrames(t []byte, rank int) bool {
-	first := bIndex(t, `\n`)
-	if first < 0 || bytes.IndexAny(t[:first], `"'`) < 0 {
+	if len(t) > 1 && t[0] == '{' && t[1] == '"' {
+		m := jsonMessage(t)
+		if m == nil {
+			return false // a record without a message field: read as it is
+		}
+		t = m
+	} else if first := bIndex(t, `\n`); first < 0 || bytes.IndexAny(t[:first], `"'`) < 0 {
 		return false
 	}
 	c.ebuf = c.ebuf[:0]

@@ -69,6 +69,7 @@ type phaseHit struct {
 	lossDict  bool   // a Hugging Face log dict ("{'loss': ...}")
 	bareTrain bool   // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
 	nan       bool   // the line reports a NaN or infinite loss
+	ends      bool   // the line ends a validation that training goes on after (progress_shape.go)
 	banner    bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
 	kind      kindID // the kind of step
 	epoch     int64  // -1: not printed
@@ -217,9 +218,10 @@ func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
 		if b[i] != '/' {
 			continue
 		}
-		// digits before, possibly one space
+		// digits before, possibly spaces (a right-aligned counter:
+		// "[  100/  800]")
 		j := i
-		if j > 0 && b[j-1] == ' ' {
+		for j > 0 && i-j < 8 && b[j-1] == ' ' {
 			j--
 		}
 		k := j
@@ -230,7 +232,7 @@ func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
 			continue
 		}
 		m := i + 1
-		if m < len(b) && b[m] == ' ' {
+		for m < len(b) && m-i <= 8 && b[m] == ' ' {
 			m++
 		}
 		t, n, ok := scanInt(b[m:])
@@ -354,7 +356,8 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	}
 	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
 		h.any(&trainKeywords) && detectTrain(t, tl, h, r) ||
-		detectAnchored(tl, h, r)
+		detectAnchored(tl, h, r) ||
+		genericProgress(t, tl, h, r)
 }
 
 // explicitPhase reads "gpuguard: phase=val step=1000 epoch=2".

@@ -1,0 +1,181 @@
+package classify
+
+import "bytes"
+
+// Progress read by shape. After the frameworks' own forms (phase.go), a line
+// is read for the few shapes every training loop's prints take, whatever
+// the framework:
+//
+//   - a line (or a logger's message) that starts with a phase's word —
+//     train, training; val, valid, validation, validating, eval,
+//     evaluation, evaluating, test, testing — as a word of its own (not
+//     `val_loss`, not `training_args`), then a counter (`[10/25]`,
+//     `10/25`) or a metric (`loss`, `key=value`): a line of that phase;
+//   - the same word with a word that ends it — done, finished, complete,
+//     completed, ended, end, summary, results — ends a validation:
+//     training goes on after it (phaseHit.ends), so a failure after a
+//     finished validation is not put in validation;
+//   - a counter row whose loss is named for its phase ("[5][ 100/ 800]
+//     train loss 0.33"; "train loss" wins over "val loss" on one row);
+//   - an epoch with a batch counter and a loss (`Epoch 7, batch 350/1200,
+//     loss 1.07`): training, at a batch within the epoch (the batch
+//     counter restarts when the epoch advances).
+//
+// A training line that ends ("training done") is no phase line: the run
+// is over, and the phase in effect stays.
+
+// phaseWords are the leading words of a phase's lines.
+var phaseWords = [...]struct {
+	w string
+	p Phase
+}{
+	{"training", PhaseTrain}, {"train", PhaseTrain},
+	{"validation", PhaseVal}, {"validating", PhaseVal}, {"valid", PhaseVal}, {"val", PhaseVal},
+	{"evaluation", PhaseVal}, {"evaluating", PhaseVal}, {"eval", PhaseVal},
+	{"testing", PhaseVal}, {"test", PhaseVal},
+}
+
+// endWords end a phase.
+var endWords = [...]string{"done", "finished", "complete", "completed", "ended", "end", "summary", "results"}
+
+// genericProgress reads the shapes above; it is the last detector tried.
+func genericProgress(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	m := logMessage(tl)
+	if phaseWordLine(m, r) {
+		return true
+	}
+	return h.has(kwEpoch) && epochBatchLine(m, r) || phaseMetricLine(m, r)
+}
+
+// phaseMetricLine reads a counter row whose metric names its phase: "[5][
+// 100/ 800] train loss 0.3311", "step 30/100 | eval loss 0.91". A row that
+// names the training loss is training (a summary may show the validation
+// loss beside it); one that names only another phase's loss is that phase.
+func phaseMetricLine(m []byte, r *phaseHit) bool {
+	i := indexFoldASCII(m, " loss")
+	if i < 0 {
+		return false
+	}
+	if _, _, ok := barCounter(m, 0); !ok {
+		return false
+	}
+	var p Phase
+	for i >= 0 {
+		w := i
+		for w > 0 && asciiLetter(m[w-1]) {
+			w--
+		}
+		word := m[w:i]
+		for _, pw := range phaseWords {
+			if eqFoldASCII(word, pw.w) {
+				if pw.p == PhaseTrain || p == PhaseNone {
+					p = pw.p
+				}
+			}
+		}
+		k := indexFoldASCII(m[i+1:], " loss")
+		if k < 0 {
+			break
+		}
+		i += 1 + k
+	}
+	if p == PhaseNone {
+		return false
+	}
+	*r = newPhaseHit(p)
+	return true
+}
+
+// phaseWordLine reads a line that starts with a phase's word.
+func phaseWordLine(m []byte, r *phaseHit) bool {
+	if len(m) > 0 && m[0] == '[' {
+		m = m[1:]
+	}
+	var p Phase
+	n := 0
+	for _, pw := range phaseWords {
+		if len(m) >= len(pw.w) && eqFoldASCII(m[:len(pw.w)], pw.w) {
+			p, n = pw.p, len(pw.w)
+			break
+		}
+	}
+	if p == PhaseNone {
+		return false
+	}
+	rest := m[n:]
+	if len(rest) > 0 {
+		switch rest[0] {
+		case ' ', '\t', ':', ']', '[', '|', '(', ',':
+		default:
+			return false // val_loss, training_args, evaluator
+		}
+	}
+	if hasAnyWord(rest, endWords[:]) {
+		if p != PhaseVal {
+			return false
+		}
+		*r = newPhaseHit(PhaseVal)
+		r.done, r.ends = true, true
+		return true
+	}
+	cur, tot, counter := barCounter(rest, 0)
+	metric := bHas(rest, "loss") || bytes.IndexByte(rest, '=') >= 0
+	if !counter && !metric {
+		return false // prose: "Validation set: 5000 images"
+	}
+	*r = newPhaseHit(p)
+	if counter {
+		r.cur, r.tot = cur, tot
+		r.done = p == PhaseVal && cur == tot
+	}
+	return true
+}
+
+// epochBatchLine reads "Epoch 7, batch 350/1200, loss 1.0732".
+func epochBatchLine(m []byte, r *phaseHit) bool {
+	i := indexFoldASCII(m, "epoch")
+	if i < 0 {
+		return false
+	}
+	e, ok := wordInt(m[i:], m2s(m[i:i+len("epoch")]))
+	if !ok {
+		return false
+	}
+	j := indexFoldASCII(m[i:], "batch")
+	if j < 0 || !bHas(m, "loss") {
+		return false
+	}
+	cur, tot, ok := barCounter(m, i+j)
+	if !ok {
+		return false
+	}
+	*r = newPhaseHit(PhaseTrain)
+	r.epoch, r.cur, r.tot = e, cur, tot
+	r.inEpoch(cur, tot)
+	return true
+}
+
+func m2s(b []byte) string { return unsafeStr(b) }
+
+// hasAnyWord says whether one of words occurs in b as a word of its own
+// (case folded).
+func hasAnyWord(b []byte, words []string) bool {
+	for i := 0; i < len(b); {
+		for i < len(b) && !asciiLetter(b[i]) {
+			i++
+		}
+		j := i
+		for j < len(b) && asciiLetter(b[j]) {
+			j++
+		}
+		if j > i {
+			for _, w := range words {
+				if j-i == len(w) && eqFoldASCII(b[i:j], w) {
+					return true
+				}
+			}
+		}
+		i = j
+	}
+	return false
+}
