@@ -53,6 +53,8 @@ func TestScripts(t *testing.T) {
 			"webhook":    cmdWebhook,
 			"prom":       cmdProm,
 			"samedigest": cmdSameDigest,
+
+			"explainagrees": cmdExplainAgrees, // explain_agree_test.go
 		},
 	})
 }

@@ -76,6 +76,7 @@ func (c *Classifier) Verdict() Verdict {
 	var exitNote string
 	if e := c.exit; e != nil {
 		f, handled, exitNote = c.applyExit(*e, f, handled)
+		v.CgroupOOMKills = e.CgroupOOMKills
 	}
 	if f != nil {
 		v.Kind, v.Reason, v.Line, v.Text, v.Host = f.kind, f.reason, f.line, f.text, f.host
