@@ -220,6 +220,12 @@ type pendingMsg struct {
 	lines  int
 	buf    []byte
 	f      *failure
+	// head is the first line's text before the message (a logger's record
+	// prefix, the exception's name), up to maxHead bytes: a continuation
+	// record that starts with a prefix of the same shape has it removed
+	// (message.go, repeatedPrefix).
+	head    [maxHead]byte
+	headLen int
 }
 
 const (
@@ -405,6 +411,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 				if cur.line == c.num {
 					w := cur.wrapped[:min(len(cur.wrapped), maxPendingBytes-1)]
 					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(w)), w...), f: cur}
+					if h := len(t) - len(cur.wrapped); h > 0 {
+						c.pend.headLen = copy(c.pend.head[:], t[:h])
+					}
 				}
 				cur.wrapped = ""
 			}
@@ -934,6 +943,17 @@ func boundedText(full, t []byte) string {
 // It returns false (and ends the pending state) when t is not one.
 func (c *Classifier) continuePending(t []byte, rank int) bool {
 	p := &c.pend
+	if rank != p.rank && rank >= 0 && p.rank >= 0 && p.f == c.cur {
+		// Another rank's line, interleaved: the message of this rank may
+		// go on after it. Ranks are kept apart.
+		return false
+	}
+	record := false // a record of its own: the logger split the message at a line break
+	if p.f == c.cur && rank == p.rank {
+		if k := repeatedPrefix(p.head[:p.headLen], t); k > 0 {
+			t, record = t[k:], true
+		}
+	}
 	if p.f != c.cur || rank != p.rank || p.lines >= maxPendingLines || !continuation(t) {
 		c.pend = pendingMsg{}
 		return false
@@ -944,7 +964,10 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 		return false
 	}
 	p.lines++
-	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
+	if sep := sentenceBreak(p.buf, t); record && sep != "" && len(p.buf)+len(sep) <= maxPendingBytes {
+		p.buf = append(bytes.TrimRight(p.buf, " \t"), sep...)
+		t = trimSpaceLeft(t)
+	} else if len(p.buf) > 0 && (record || p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
 		p.buf = bytes.TrimRight(p.buf, " \t")
 		if len(p.buf) < maxPendingBytes {
 			p.buf = append(p.buf, ' ')

@@ -2,9 +2,12 @@ package classify
 
 // The message reader: what it takes to read a failure message as its
 // program printed it when a logger, a terminal or a paste has changed its
-// line structure. Hard wraps at a fixed column and a logger's prefix
-// repeated on continuation records are joined by the pending-message state
-// (Classifier.continuePending); this file reads the two other shapes:
+// line structure. Hard wraps at a fixed column, even mid-word, are joined
+// by the pending-message state (Classifier.continuePending), which also
+// removes a logger's prefix repeated on each continuation record
+// (repeatedPrefix: the first line's prefix, in shape) and keeps ranks
+// apart (another rank's line, interleaved, neither continues nor ends the
+// message). This file reads the other shapes:
 //
 //   - a message quoted inside a structured record (a JSON log line, a
 //     Python dict's repr) with its newlines escaped as the two characters
@@ -16,7 +19,45 @@ package classify
 //     upper-case letter (the class) and whose other parts are lower-case
 //     module names, so the text glued before it is cut off (exceptionName).
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
+
+// maxHead bounds the first line's prefix kept to recognise a repeated one.
+const maxHead = 160
+
+// repeatedPrefix is the length of the prefix of t that repeats, in shape,
+// the start of head (the text before the message on its first line): a
+// logger that writes each line of a message as a record of its own
+// ("2026-01-20 14:02:23,015 - ERROR - trainer - " on every line, glog's
+// "E0212 03:12:01.551240  9914 file.cc:88] ") repeats its prefix, with
+// other digits where the clock moved. Shape: a digit matches any digit,
+// any other byte itself. The prefix must end at a separator (a space, or
+// ']', ':', '|', '-' before one) and be at least 6 bytes; 0 when none.
+func repeatedPrefix(head, t []byte) int {
+	k := 0
+	for k < len(head) && k < len(t) {
+		a, b := head[k], t[k]
+		if a != b && !(asciiDigit(a) && asciiDigit(b)) {
+			break
+		}
+		k++
+	}
+	// Back to the end of the last separator within the common part.
+	for k > 0 && !(t[k-1] == ' ' || t[k-1] == '\t') {
+		k--
+	}
+	if k < 6 {
+		return 0
+	}
+	// The prefix must hold a record's punctuation or a digit: not two
+	// words of prose that happen to begin both lines.
+	if bytes.IndexAny(t[:k], "0123456789]|:-") < 0 {
+		return 0
+	}
+	return k
+}
 
 // jsonMessageKeys are the keys under which structured loggers put a
 // record's text: Python's json loggers and zap ("message", "msg"), Docker's
@@ -164,7 +205,44 @@ func exceptionName(s string) string {
 		}
 		start = i
 	}
-	return s[start:]
+	// The first module part may be glued to a word before it
+	// ("runtorch.OutOfMemoryError"): when it ends with the name of a
+	// package that raises memory errors, the name starts there.
+	first := s[start:]
+	if k := strings.IndexByte(first, '.'); k > 0 {
+		part := first[:k]
+		for _, root := range exceptionRoots {
+			if part == root {
+				return first
+			}
+			if len(part) > len(root) && part[len(part)-len(root):] == root {
+				return first[len(part)-len(root):]
+			}
+		}
+		if pyBuiltinException(last) {
+			// Built-in exceptions print unqualified, and a package's own
+			// of the same name (numpy's MemoryError) under a known
+			// package: "done.RuntimeError" is glued.
+			return last
+		}
+	}
+	return first
+}
+
+// exceptionRoots are the top-level packages whose exceptions a memory
+// failure prints qualified.
+var exceptionRoots = [...]string{"torch", "jaxlib", "jax", "tensorflow", "numpy", "ray", "deepspeed", "vllm", "triton", "keras", "paddle"}
+
+// pyBuiltinException says whether name is one of Python's built-in
+// exceptions that a failure prints (without a module).
+func pyBuiltinException(name string) bool {
+	switch name {
+	case "RuntimeError", "MemoryError", "ValueError", "OSError", "Exception", "AssertionError", "KeyError",
+		"IndexError", "TypeError", "SystemError", "FloatingPointError", "ImportError", "ModuleNotFoundError",
+		"FileNotFoundError", "NotImplementedError", "AttributeError", "ZeroDivisionError", "OverflowError":
+		return true
+	}
+	return false
 }
 
 // modulePart says whether p can be a module's name in a dotted path: a
