@@ -1,0 +1,28 @@
+package classify
+
+import (
+	"strings"
+	"testing"
+)
+
+// Host memory from the reporters above the machine, with the reporter named
+// in the reason; and their look-alikes.
+func TestHostReporters(t *testing.T) {
+	for _, tc := range []struct {
+		log, kind, reason string
+	}{
+		{"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n", "host_oom", "Ray's memory monitor"},
+		{"(raylet) [2026-02-02 17:40:51] 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 7a0c, IP: 10.4.2.17) over the last time period.\n", "host_oom", "Ray's memory monitor"},
+		{"ray.exceptions.RayOutOfMemoryError: More than 95% of the memory on node ip-10-0-0-5 is used (30.1 / 31.0 GB).\n", "host_oom", "Ray's memory monitor"},
+		{"  Warning  Evicted  3m  kubelet  The node was low on resource: memory. Threshold quantity: 100Mi, available: 81244Ki.\n", "host_oom", "Kubernetes"},
+		// Look-alikes.
+		{"(raylet) 0 Workers (tasks / actors) killed due to memory pressure (OOM), 1 Workers crashed due to other reasons at node (ID: 7a0c).\n", "none", ""},
+		{"  Warning  Evicted  3m  kubelet  The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi.\n", "none", ""},
+		{"INFO: memory_usage_threshold=0.95, kill the task when the node is low on memory\n", "none", ""},
+	} {
+		v := classifyString(t, tc.log, ClassifierOptions{})
+		if string(v.Kind) != tc.kind || !strings.Contains(v.Reason, tc.reason) {
+			t.Errorf("%q: %s (%s), want %s naming %q", strings.TrimSpace(tc.log), v.Kind, v.Reason, tc.kind, tc.reason)
+		}
+	}
+}
