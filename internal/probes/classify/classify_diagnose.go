@@ -297,8 +297,14 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "container" {
 			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
 		}
+		if f != nil && f.family == "ray" {
+			add("Schedule fewer tasks per node so each has the RAM it uses: declare the task's memory (ray.remote(memory=...), ScalingConfig resources_per_worker={\"memory\": ...}) or give it more CPUs; raising RAY_memory_usage_threshold only moves the kill to the kernel.")
+		}
+		if f != nil && f.family == "k8s_eviction" {
+			add("Set the pod's memory request to what it uses (resources.requests.memory, equal to limits for the Guaranteed class, which is evicted last), or run it on a node with more memory: the kubelet evicts the pods that use most beyond their request when the node runs low.")
+		}
 		hostAdvice(v, add)
-		if f == nil || f.family != "slurm" && f.family != "container" {
+		if f == nil || f.family != "slurm" && f.family != "container" && f.family != "ray" && f.family != "k8s_eviction" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
 	case KindCrash:
