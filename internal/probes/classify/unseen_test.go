@@ -203,9 +203,17 @@ func TestUnseenHalves(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(corpusDir, "manifest.json")); err == nil {
 		halves = append(halves, struct{ name, dir string }{"shared corpus", corpusDir})
 	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "classifier.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, h := range halves {
 		s := scoreDir(t, h.dir)
-		t.Logf("%-13s %2d logs: %s", h.name, s.logs, s)
+		line := fmt.Sprintf("%-13s %2d logs: %s", h.name, s.logs, s)
+		t.Log(line)
+		if h.name != "shared corpus" && !strings.Contains(string(doc), "\n"+line+"\n") {
+			t.Errorf("docs/classifier.md does not quote the figures it prints: %q", line)
+		}
 		sort.Strings(s.misses)
 		for _, m := range s.misses {
 			t.Logf("    miss: %s", m)
