@@ -111,7 +111,8 @@ type Classifier struct {
 	lastFrame frameSeen // the last traceback frame line (site.go)
 	srcAt     int       // the line a traceback frame's source line is expected on (traceback_phase.go), 0: none
 	srcRank   int
-	abUntil   int // AutoBatch probing: OOM text until this line is the probe's
+	srcLib    bool // the frame is a framework's installed code
+	abUntil   int  // AutoBatch probing: OOM text until this line is the probe's
 	exp       expandableState
 	exit      *Exit
 
@@ -375,7 +376,7 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	if c.srcAt == c.num && rank == c.srcRank {
 		c.srcAt = 0
 		if len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
-			if p := sourcePhase(t); p != PhaseNone {
+			if p := sourcePhase(t, c.srcLib); p != PhaseNone {
 				r := newPhaseHit(p)
 				c.applyPhase(&r, t)
 				return
@@ -386,6 +387,7 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 		c.lastFrame.note(t, c.num, rank)
 		if bHasPrefix(trimSpaceLeft(t), "File \"") {
 			c.srcAt, c.srcRank = c.num+1, rank
+			c.srcLib = bHas(t, "-packages/")
 		}
 	}
 	phaseShape, failShape := anchoredCandidate(t)
@@ -457,6 +459,8 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 		return bHasPrefix(tl, "all "), false
 	case c == 'e':
 		return bHasPrefix(tl, "eval"), false // Composer's evaluation bar, PaddleOCR's; "eval finished"
+	case c == '|':
+		return len(tl) > 2, false // a table row: "| eval  | 2 | 20/80 |" (progress_shape.go)
 	case c == 'v' || c == 'V':
 		return bHasPrefix(tl, "val") || bHasPrefix(tl, "Val"), false // "val [10/25] loss=0.955" (progress_shape.go)
 	case c == 'E':

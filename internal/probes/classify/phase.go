@@ -323,6 +323,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
 		return tracebackFrame(tl, r)
 	}
+	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwEpoch)) && tqdmDescPhase(tl, r) {
+		return true
+	}
 	if h.has(kwStars) {
 		switch {
 		case bHas(t, "***** Running training *****"):

@@ -15,6 +15,9 @@ import "bytes"
 //     completed, ended, end, summary, results — ends a validation:
 //     training goes on after it (phaseHit.ends), so a failure after a
 //     finished validation is not put in validation;
+//   - a progress bar whose description holds a validation word ("valid
+//     epoch 3:  12%|") is validation, whatever else it says;
+//   - a glog or absl record's message is read as the line;
 //   - a counter row whose loss is named for its phase ("[5][ 100/ 800]
 //     train loss 0.33"; "train loss" wins over "val loss" on one row);
 //   - an epoch with a batch counter and a loss (`Epoch 7, batch 350/1200,
@@ -40,7 +43,7 @@ var endWords = [...]string{"done", "finished", "complete", "completed", "ended",
 
 // genericProgress reads the shapes above; it is the last detector tried.
 func genericProgress(t, tl []byte, h *hitSet, r *phaseHit) bool {
-	m := logMessage(tl)
+	m := logMessage(glogMessage(tl))
 	if phaseWordLine(m, r) {
 		return true
 	}
@@ -86,10 +89,66 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 	return true
 }
 
-// phaseWordLine reads a line that starts with a phase's word.
+// glogMessage is the message of a glog or absl record ("I0305
+// 11:02:10.118201 140 train.py:145] train epoch: 4, loss: 0.31"), or t.
+func glogMessage(t []byte) []byte {
+	if len(t) < 24 || !(t[0] == 'I' || t[0] == 'W' || t[0] == 'E' || t[0] == 'F') || !asciiDigit(t[1]) || !asciiDigit(t[4]) || t[5] != ' ' {
+		return t
+	}
+	i := bIndex(t[:min(len(t), 120)], "] ")
+	if i < 0 {
+		return t
+	}
+	return t[i+2:]
+}
+
+// tqdmDescPhase reads a progress bar's description: the text before its
+// "NN%|" names the phase when it holds a validation word of its own
+// ("valid epoch 3:  12%|", "Eval (EMA):  40%|"). Training words are left to
+// the detectors that read the bar's counters.
+func tqdmDescPhase(tl []byte, r *phaseHit) bool {
+	i := bIndex(tl, "%|")
+	if i < 0 {
+		return false
+	}
+	j := i
+	for j > 0 && (asciiDigit(tl[j-1]) || tl[j-1] == ' ' || tl[j-1] == '.') {
+		j--
+	}
+	if j == 0 || tl[j-1] != ':' {
+		return false
+	}
+	desc := tl[:j-1]
+	val := false
+	for k := 0; k < len(desc); {
+		for k < len(desc) && !asciiLetter(desc[k]) {
+			k++
+		}
+		e := k
+		for e < len(desc) && (asciiLetter(desc[e]) || desc[e] == '_') {
+			e++
+		}
+		for _, pw := range phaseWords {
+			if pw.p == PhaseVal && e-k == len(pw.w) && eqFoldASCII(desc[k:e], pw.w) {
+				val = true
+			}
+		}
+		k = e
+	}
+	if !val {
+		return false
+	}
+	*r = newPhaseHit(PhaseVal)
+	r.cur, r.tot, _ = barCounter(tl, i)
+	r.done = r.tot > 0 && r.cur == r.tot
+	return true
+}
+
+// phaseWordLine reads a line that starts with a phase's word (also as a
+// table row's first cell: "| eval  | 2 | 20/80 |").
 func phaseWordLine(m []byte, r *phaseHit) bool {
-	if len(m) > 0 && m[0] == '[' {
-		m = m[1:]
+	if len(m) > 0 && (m[0] == '[' || m[0] == '|') {
+		m = trimSpaceLeft(m[1:])
 	}
 	var p Phase
 	n := 0

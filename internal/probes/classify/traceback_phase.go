@@ -94,7 +94,7 @@ func nameWordsPhase(name []byte, lib bool) Phase {
 			fwd = true
 		case "backward":
 			bwd, train = true, true
-		case "train", "training", "optimizer", "optimize":
+		case "train", "training", "optimizer", "optimize", "finetune", "tune", "pretrain":
 			train = true
 		case "eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
 			"predict", "prediction", "test", "testing", "sanity":
@@ -118,19 +118,41 @@ func nameWordsPhase(name []byte, lib bool) Phase {
 	return PhaseNone
 }
 
-// sourcePhase is the phase the source line under a frame tells: the call it
-// was making.
-func sourcePhase(src []byte) Phase {
+// sourcePhase is the phase the source line under a frame tells: the calls
+// it was making, read like a frame's function (their names' words:
+// `.fit_one_cycle(`, `run_valid(`), and an optimizer's or grad scaler's
+// `.step(`. The last call on the line that tells wins (the innermost of
+// `a(b(...))` comes first, but a statement's own call is its first word:
+// `loss = train_step(...)`): calls are read left to right and the first
+// telling one is kept.
+//
+// lib says the frame is a framework's installed code (see nameWordsPhase).
+func sourcePhase(src []byte, lib bool) Phase {
+	for i := 0; i+1 < len(src); i++ {
+		if src[i] != '(' || i == 0 {
+			continue
+		}
+		j := i
+		for j > 0 && (asciiLetter(src[j-1]) || asciiDigit(src[j-1]) || src[j-1] == '_') {
+			j--
+		}
+		if j == i {
+			continue
+		}
+		name := src[j:i]
+		if string(name) == "step" && j > 0 && src[j-1] == '.' {
+			continue // below
+		}
+		if p := nameWordsPhase(name, lib); p != PhaseNone {
+			return p
+		}
+	}
 	for i := 0; i+1 < len(src); i++ {
 		if src[i] != '.' {
 			continue
 		}
 		rest := src[i+1:]
 		switch {
-		case bHasPrefix(rest, "backward("), bHasPrefix(rest, "train("), bHasPrefix(rest, "fit("):
-			return PhaseTrain
-		case bHasPrefix(rest, "evaluate("), bHasPrefix(rest, "validate("), bHasPrefix(rest, "predict("), bHasPrefix(rest, "test("):
-			return PhaseVal
 		case bHasPrefix(rest, "step("):
 			// optimizer.step(), opt.step(), self.scaler.step(optimizer)
 			j := i

@@ -199,6 +199,7 @@ func TestUnseenHalves(t *testing.T) {
 	halves := []struct{ name, dir string }{
 		{"built from", filepath.Join("testdata", "unseen", "built")},
 		{"measured", filepath.Join("testdata", "unseen", "measured")},
+		{"measured (2)", filepath.Join("testdata", "unseen", "measured2")},
 	}
 	if _, err := os.Stat(filepath.Join(corpusDir, "manifest.json")); err == nil {
 		halves = append(halves, struct{ name, dir string }{"shared corpus", corpusDir})
