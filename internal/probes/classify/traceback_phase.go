@@ -121,11 +121,8 @@ func nameWordsPhase(name []byte, lib bool) Phase {
 // sourcePhase is the phase the source line under a frame tells: the calls
 // it was making, read like a frame's function (their names' words:
 // `.fit_one_cycle(`, `run_valid(`), and an optimizer's or grad scaler's
-// `.step(`. The last call on the line that tells wins (the innermost of
-// `a(b(...))` comes first, but a statement's own call is its first word:
-// `loss = train_step(...)`): calls are read left to right and the first
-// telling one is kept.
-//
+// `.step(`. Calls are read left to right and the first that tells wins (a
+// statement's own call comes first: `loss = train_step(model, evaluate(x))`).
 // lib says the frame is a framework's installed code (see nameWordsPhase).
 func sourcePhase(src []byte, lib bool) Phase {
 	for i := 0; i+1 < len(src); i++ {
