@@ -55,7 +55,13 @@ func genericProgress(t, tl []byte, h *hitSet, r *phaseHit) bool {
 // names the training loss is training (a summary may show the validation
 // loss beside it); one that names only another phase's loss is that phase.
 func phaseMetricLine(m []byte, r *phaseHit) bool {
-	i := indexFoldASCII(m, " loss")
+	if bytes.IndexByte(m, '/') < 0 {
+		return false // no counter
+	}
+	i := bIndex(m, " loss")
+	if j := bIndex(m, " Loss"); j >= 0 && (i < 0 || j < i) {
+		i = j
+	}
 	if i < 0 {
 		return false
 	}
@@ -76,7 +82,10 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 				}
 			}
 		}
-		k := indexFoldASCII(m[i+1:], " loss")
+		k := bIndex(m[i+1:], " loss")
+		if j := bIndex(m[i+1:], " Loss"); j >= 0 && (k < 0 || j < k) {
+			k = j
+		}
 		if k < 0 {
 			break
 		}
@@ -107,7 +116,7 @@ func glogMessage(t []byte) []byte {
 // ("valid epoch 3:  12%|", "Eval (EMA):  40%|"). Training words are left to
 // the detectors that read the bar's counters.
 func tqdmDescPhase(tl []byte, r *phaseHit) bool {
-	i := bIndex(tl, "%|")
+	i := bIndex(tl[:min(len(tl), 160)], "%|")
 	if i < 0 {
 		return false
 	}
@@ -119,6 +128,9 @@ func tqdmDescPhase(tl []byte, r *phaseHit) bool {
 		return false
 	}
 	desc := tl[:j-1]
+	if indexFoldASCII(desc, "val") < 0 && indexFoldASCII(desc, "test") < 0 && indexFoldASCII(desc, "sanity") < 0 {
+		return false // every validation word holds one of these
+	}
 	val := false
 	for k := 0; k < len(desc); {
 		for k < len(desc) && !asciiLetter(desc[k]) {
