@@ -82,10 +82,14 @@ type Classifier struct {
 	rank int      // rank prefix of the line being read, -1 when none
 
 	// phases
-	phase        Phase
-	explicit     bool
-	valDone      bool
-	sawTrain     bool // a training line was seen: a validation that ends goes back to training
+	phase    Phase
+	explicit bool
+	valDone  bool
+	sawTrain bool // a training line was seen: a validation that ends goes back to training
+	ge       struct {
+		seen, resets bool
+		step, epoch  int64
+	} // the last training step printed with its epoch, and whether that counter restarts each epoch
 	valEpoch     int64
 	epoch        int64
 	st           stepRead // the step the verdict reports
@@ -576,6 +580,22 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 		// bar right before the dict is the training bar, which counts the
 		// run's optimization steps.
 		c.optSteps, c.optLearned = c.lastBare, true
+	}
+	if r.kind == kindGlobal && r.epoch >= 0 {
+		// A counter printed with its epoch that restarts when the epoch
+		// advances ("Epoch 1/3 step 490/500", then "Epoch 2/3 step
+		// 10/500") counts the batches of the epoch, not the run's steps:
+		// from then on such readings are positions within the epoch.
+		if c.ge.seen && r.epoch > c.ge.epoch && r.step < c.ge.step {
+			c.ge.resets = true
+			if c.st.kind == kindGlobal && c.st.epoch >= 0 {
+				c.st.kind = kindInEpoch
+			}
+		}
+		c.ge.seen, c.ge.step, c.ge.epoch = true, r.step, r.epoch
+		if c.ge.resets {
+			r.kind = kindInEpoch
+		}
 	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch

@@ -125,3 +125,15 @@ func TestProgressShapes(t *testing.T) {
 		})
 	}
 }
+
+// A counter printed with its epoch that restarts when the epoch advances is
+// the batch within the epoch, not the run's step; one that goes on is the
+// run's step.
+func TestCounterResetsWithEpoch(t *testing.T) {
+	resets := "Epoch 1/3 step 490/500 loss=0.61\nEpoch 2/3 step 10/500 loss=0.60\nEpoch 2/3 step 20/500 loss=0.59\nKilled\n"
+	v := classifyString(t, resets, ClassifierOptions{})
+	checkStep(t, v, stepWant{20, StepInEpoch, 500, 2})
+	goesOn := "Epoch 1/3 step 490/1500 loss=0.61\nEpoch 2/3 step 510/1500 loss=0.60\nEpoch 2/3 step 520/1500 loss=0.59\nKilled\n"
+	v = classifyString(t, goesOn, ClassifierOptions{})
+	checkStep(t, v, stepWant{520, StepGlobal, 1500, 2})
+}
