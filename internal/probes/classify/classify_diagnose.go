@@ -258,6 +258,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
 		}
+		if f != nil && f.family == "windows_commit" {
+			add("Let Windows commit more memory: enlarge the paging file (System Properties, Advanced, Virtual memory) or run fewer DataLoader workers, each of which maps the CUDA libraries again.")
+		}
 		hostAdvice(v, add)
 		add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:

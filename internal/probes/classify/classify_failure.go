@@ -46,10 +46,19 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
 	}
-	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) {
+	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) || h.has(kwAllRAM) {
 		if f, ok := hostReporterLine(t); ok {
 			return f, true
 		}
+	}
+	if h.has(kwError) && bHas(t, "WinError 1455") {
+		// "OSError: [WinError 1455] The paging file is too small for this
+		// operation to complete": Windows could not commit more virtual
+		// memory (each DataLoader worker loads the CUDA libraries again).
+		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (the Windows paging file is too small, WinError 1455)", "windows_commit")
+		f.oom = &OOM{Format: "win_paging_file", Exception: exceptionBefore(t, bIndex(t, "[WinError 1455]"))}
+		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
+		return f, true
 	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {

@@ -68,6 +68,7 @@ const (
 	kwOutOf       // "OUT_OF_": Level Zero / UR / SYCL / CUDA driver status codes
 	kwLowOnMem    // "low on memory": Ray's memory monitor ("the node running low on memory"), host_reporters.go
 	kwLowOnRes    // "low on resource: memory": the kubelet's eviction for memory pressure, host_reporters.go
+	kwAllRAM      // "all available RAM": Colab's "Your session crashed after using all available RAM", host_reporters.go
 
 	// phases
 	kwEpoch
@@ -159,6 +160,7 @@ var kwTable = []kwEntry{
 	{kwOutOf, "OUT_OF_", false},
 	{kwLowOnMem, "low on memory", false},
 	{kwLowOnRes, "low on resource: memory", false},
+	{kwAllRAM, "all available RAM", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},

@@ -2,7 +2,8 @@ package classify
 
 // Host memory, from whoever killed the job. The kernel, the memory cgroup,
 // Slurm, the container runtime and a shell are read in classify_failure.go;
-// this file adds the reporters that stand above the machine: an
+// this file adds the user-space killers (systemd-oomd, earlyoom), hosted
+// notebooks (Colab), and the reporters that stand above the machine: an
 // orchestrator's memory monitor (Ray) and Kubernetes' eviction for memory
 // pressure. Their exception may be called OutOfMemoryError and still be
 // about host RAM: Ray's names no device, and says the node ran low.
@@ -32,6 +33,23 @@ func hostReporterLine(t []byte) (failure, bool) {
 			return failure{}, false // none killed
 		}
 		f := memFailure(KindHostOOM, "killed for host memory by Ray's memory monitor (workers killed due to memory pressure)", "ray")
+		return f, true
+	case bHas(t, "systemd-oomd") && bHas(t, "Killed "):
+		// "systemd-oomd[812]: Killed /user.slice/.../app.slice/run-r1.scope
+		// due to memory pressure for ... being 62.51% > 50.00% for > 20s"
+		f := memFailure(KindHostOOM, "killed for host memory by systemd-oomd (memory pressure or swap use)", "systemd_oomd")
+		if i := bIndex(t, " due to "); i >= 0 {
+			f.detail = "systemd-oomd killed the unit" + clipText(string(trimSpace(t[i:])), 200)
+		}
+		return f, true
+	case bHas(t, "earlyoom") && (bHas(t, "sending SIGTERM to process ") || bHas(t, "sending SIGKILL to process ")):
+		// earlyoom: "earlyoom[1021]: sending SIGTERM to process 4711 uid
+		// 1000 "python": badness 900, VmRSS 28123 MiB"
+		f := memFailure(KindHostOOM, "killed for host memory by earlyoom (the machine ran low on memory)", "earlyoom")
+		return f, true
+	case bHas(t, "crashed after using all available RAM"):
+		// Google Colab: "Your session crashed after using all available RAM."
+		f := memFailure(KindHostOOM, "killed for host memory by Colab (the session used all available RAM)", "colab")
 		return f, true
 	case bHas(t, "low on resource: memory"):
 		// The kubelet's eviction (pkg/kubelet/eviction/helpers.go):
