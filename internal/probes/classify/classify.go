@@ -465,6 +465,8 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 		return bHasPrefix(tl, "eval"), false // Composer's evaluation bar, PaddleOCR's; "eval finished"
 	case c == '|':
 		return len(tl) > 2, false // a table row: "| eval  | 2 | 20/80 |" (progress_shape.go)
+	case c == 'P' || c == 'p':
+		return bHasPrefix(tl, "Predict") || bHasPrefix(tl, "predict"), false // Lightning's "Predicting DataLoader 0:" bar
 	case c == 'v' || c == 'V':
 		return bHasPrefix(tl, "val") || bHasPrefix(tl, "Val"), false // "val [10/25] loss=0.955" (progress_shape.go)
 	case c == 'E':

@@ -323,8 +323,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
 		return tracebackFrame(tl, r)
 	}
-	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwSanity) || len(tl) > 0 && (tl[0]|0x20 == 'v' || tl[0] == 'e' || tl[0] == 't' || bHasPrefix(tl, "Eval"))) && tqdmDescPhase(tl, r) {
-		// ("val epoch 3:", "eval epoch 3:", "test:" hold no keyword.)
+	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwSanity) || len(tl) > 0 && (tl[0]|0x20 == 'v' || tl[0] == 'e' || tl[0] == 't' || tl[0] == 'p' || bHasPrefix(tl, "Eval") || bHasPrefix(tl, "Predict"))) && tqdmDescPhase(tl, r) {
+		// ("val epoch 3:", "eval epoch 3:", "test:", "Predicting DataLoader 0:"
+		// hold no keyword.)
 		return true
 	}
 	if h.has(kwStars) {

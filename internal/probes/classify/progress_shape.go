@@ -7,8 +7,9 @@ import "bytes"
 // the framework:
 //
 //   - a line (or a logger's message) that starts with a phase's word —
-//     train, training; val, valid, validation, validating, eval,
-//     evaluation, evaluating, test, testing — as a word of its own (not
+//     train, training; val, valid, validate, validation, validating, eval,
+//     evaluate, evaluation, evaluating, test, testing, predict, prediction,
+//     predicting — as a word of its own (not
 //     `val_loss`, not `training_args`), then a counter (`[10/25]`,
 //     `10/25`) or a metric (`loss`, `key=value`): a line of that phase;
 //   - the same word with a word that ends it — done, finished, complete,
@@ -33,9 +34,10 @@ var phaseWords = [...]struct {
 	p Phase
 }{
 	{"training", PhaseTrain}, {"train", PhaseTrain},
-	{"validation", PhaseVal}, {"validating", PhaseVal}, {"valid", PhaseVal}, {"val", PhaseVal},
-	{"evaluation", PhaseVal}, {"evaluating", PhaseVal}, {"eval", PhaseVal},
+	{"validation", PhaseVal}, {"validating", PhaseVal}, {"validate", PhaseVal}, {"valid", PhaseVal}, {"val", PhaseVal},
+	{"evaluation", PhaseVal}, {"evaluating", PhaseVal}, {"evaluate", PhaseVal}, {"eval", PhaseVal},
 	{"testing", PhaseVal}, {"test", PhaseVal},
+	{"predicting", PhaseVal}, {"prediction", PhaseVal}, {"predict", PhaseVal},
 }
 
 // endWords end a phase.
@@ -128,7 +130,7 @@ func tqdmDescPhase(tl []byte, r *phaseHit) bool {
 		return false
 	}
 	desc := tl[:j-1]
-	if indexFoldASCII(desc, "val") < 0 && indexFoldASCII(desc, "test") < 0 && indexFoldASCII(desc, "sanity") < 0 {
+	if indexFoldASCII(desc, "val") < 0 && indexFoldASCII(desc, "test") < 0 && indexFoldASCII(desc, "predict") < 0 {
 		return false // every validation word holds one of these
 	}
 	val := false

@@ -137,3 +137,19 @@ func TestCounterResetsWithEpoch(t *testing.T) {
 	v = classifyString(t, goesOn, ClassifierOptions{})
 	checkStep(t, v, stepWant{520, StepGlobal, 1500, 2})
 }
+
+// Bars named by their description.
+func TestBarDescriptions(t *testing.T) {
+	for log, want := range map[string]Phase{
+		"Training Epoch 1:  40%|████      | 20/50 [00:10<00:15,  2.00it/s]\n":      PhaseTrain,
+		"Validation Epoch 1:  40%|████      | 20/50 [00:10<00:15,  2.00it/s]\n":    PhaseVal,
+		"Evaluate: 40%|████      | 20/50 [00:10<00:15,  2.00it/s]\n":               PhaseVal,
+		"Predicting DataLoader 0:  40%|████      | 20/50 [00:10<00:15]\n":          PhaseVal,
+		"val epoch 2:  40%|████      | 20/50 [00:10<00:15,  2.00it/s]\n":           PhaseVal,
+		"Epoch 2:  40%|████      | 20/50 [00:10<00:15,  2.00it/s, val_loss=0.3]\n": PhaseTrain,
+	} {
+		if v := classifyString(t, log, ClassifierOptions{}); v.Phase != want {
+			t.Errorf("%q: phase %q, want %q", strings.TrimSpace(log), v.Phase, want)
+		}
+	}
+}
