@@ -860,6 +860,14 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 // epoch.
 func (c *Classifier) snapshot(f *failure) {
 	f.phase, f.epoch = c.phase, c.epoch
+	if f.kind == KindHostOOM && f.phase == PhaseVal && c.valDone && c.sawTrain && !c.explicit {
+		// A kill says nothing of where the job was. The validation had
+		// shown its end (its bar at N/N, its results): training went on
+		// after it, and the kill is training's. (A failure with a
+		// traceback is placed by its frames, and may be the validation's
+		// own end: its metrics.)
+		f.phase = PhaseTrain
+	}
 	c.snapshotStep(f)
 }
 
