@@ -383,7 +383,6 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 			if p := sourcePhase(t, c.srcLib); p != PhaseNone {
 				r := newPhaseHit(p)
 				c.applyPhase(&r, t)
-				return
 			}
 		}
 	}
