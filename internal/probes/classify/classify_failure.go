@@ -462,6 +462,15 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 			start = 0
 		}
 		word := string(before[start : len(before)-1])
+		for _, dev := range [...]string{"CUDA", "HIP", "XPU"} {
+			if len(word) > len(dev) && strings.HasSuffix(word, dev) {
+				// Glued to the text before it: "run failed.CUDA out of
+				// memory." (the message reader's glue rule: the device's
+				// name starts the message).
+				start += len(word) - len(dev)
+				word = dev
+			}
+		}
 		if word != "CUDA" && word != "HIP" && word != "XPU" {
 			break
 		}
