@@ -466,6 +466,10 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 		return len(tl) > 2, false // a table row: "| eval  | 2 | 20/80 |" (progress_shape.go)
 	case c == 'P' || c == 'p':
 		return bHasPrefix(tl, "Predict") || bHasPrefix(tl, "predict"), false // Lightning's "Predicting DataLoader 0:" bar
+	case c == 't':
+		return bHasPrefix(tl, "test"), false // "test: 100%|" (progress_shape.go)
+	case c == '=' || c == '*' || c == '#' || c == '-' || c == '>':
+		return true, false // "=> Evaluating on test set", "***** eval metrics *****" (progress_shape.go)
 	case c == 'v' || c == 'V':
 		return bHasPrefix(tl, "val") || bHasPrefix(tl, "Val"), false // "val [10/25] loss=0.955" (progress_shape.go)
 	case c == 'E':

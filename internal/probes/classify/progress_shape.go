@@ -41,12 +41,12 @@ var phaseWords = [...]struct {
 }
 
 // endWords end a phase.
-var endWords = [...]string{"done", "finished", "complete", "completed", "ended", "end", "summary", "results"}
+var endWords = [...]string{"done", "finished", "complete", "completed", "ended", "end", "summary", "results", "metrics"}
 
 // genericProgress reads the shapes above; it is the last detector tried.
 func genericProgress(t, tl []byte, h *hitSet, r *phaseHit) bool {
-	m := logMessage(glogMessage(tl))
-	if phaseWordLine(m, r) {
+	m := decoration(logMessage(glogMessage(tl)))
+	if phaseWordLine(m, r) || startLine(m, r) {
 		return true
 	}
 	return h.has(kwEpoch) && epochBatchLine(m, r) || phaseMetricLine(m, r)
@@ -98,6 +98,46 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 	}
 	*r = newPhaseHit(p)
 	return true
+}
+
+// decoration removes the arrows and rules a script puts before its
+// messages: "=> Evaluating on test set", "***** eval metrics *****",
+// "--- train ---", "# val".
+func decoration(m []byte) []byte {
+	i := 0
+	for i < len(m) && (m[i] == '=' || m[i] == '>' || m[i] == '-' || m[i] == '*' || m[i] == '#' || m[i] == '~' || m[i] == ' ' || m[i] == '\t') {
+		i++
+	}
+	return m[i:]
+}
+
+// startVerbs start a phase or an epoch: "Starting epoch 3", "Begin epoch 2".
+var startVerbs = [...]string{"starting ", "start ", "beginning ", "begin ", "running "}
+
+// startLine reads "Starting epoch 3" (training: an epoch starts) and the
+// same verbs before a phase's word ("Running evaluation", "Begin testing").
+func startLine(m []byte, r *phaseHit) bool {
+	for _, v := range startVerbs {
+		if len(m) <= len(v) || !eqFoldASCII(m[:len(v)], v) {
+			continue
+		}
+		rest := m[len(v):]
+		if len(rest) >= 5 && eqFoldASCII(rest[:5], "epoch") && (len(rest) == 5 || !asciiLetter(rest[5])) {
+			*r = newPhaseHit(PhaseTrain)
+			if e, ok := wordInt(rest[:min(len(rest), 24)], m2s(rest[:5])); ok {
+				r.epoch = e
+			}
+			return true
+		}
+		for _, pw := range phaseWords {
+			if len(rest) >= len(pw.w) && eqFoldASCII(rest[:len(pw.w)], pw.w) && (len(rest) == len(pw.w) || !asciiLetter(rest[len(pw.w)])) {
+				*r = newPhaseHit(pw.p)
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // glogMessage is the message of a glog or absl record ("I0305
@@ -178,10 +218,16 @@ func phaseWordLine(m []byte, r *phaseHit) bool {
 	rest := m[n:]
 	if len(rest) > 0 {
 		switch rest[0] {
-		case ' ', '\t', ':', ']', '[', '|', '(', ',':
+		case ' ', '\t', ':', ']', '[', '|', '(', ',', '.':
 		default:
 			return false // val_loss, training_args, evaluator
 		}
+	}
+	if onlyPunct(rest) || ingWord(m[:n]) && startsPreposition(rest) {
+		// The word alone: "Training...", "Validation:", "[eval]"; a phase
+		// starting: "Evaluating on test set", "Training for 10 epochs".
+		*r = newPhaseHit(p)
+		return true
 	}
 	if hasAnyWord(rest, endWords[:]) {
 		if p != PhaseVal {
@@ -215,7 +261,7 @@ func epochBatchLine(m []byte, r *phaseHit) bool {
 		return false
 	}
 	j := indexFoldASCII(m[i:], "batch")
-	if j < 0 || !bHas(m, "loss") {
+	if j < 0 || !bHas(m, "loss") && !bHas(m, "Loss") {
 		return false
 	}
 	cur, tot, ok := barCounter(m, i+j)
@@ -229,6 +275,32 @@ func epochBatchLine(m []byte, r *phaseHit) bool {
 }
 
 func m2s(b []byte) string { return unsafeStr(b) }
+
+// ingWord says whether w ends in "ing" (training, evaluating, ...).
+func ingWord(w []byte) bool {
+	return len(w) > 3 && eqFoldASCII(w[len(w)-3:], "ing")
+}
+
+// startsPreposition says whether b starts with a preposition that says
+// what a phase runs on or for: " on ", " for ", " with ".
+func startsPreposition(b []byte) bool {
+	for _, p := range [...]string{" on ", " for ", " with "} {
+		if len(b) >= len(p) && eqFoldASCII(b[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyPunct says whether b holds no letter or digit.
+func onlyPunct(b []byte) bool {
+	for _, c := range b {
+		if asciiLetter(c) || asciiDigit(c) || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
 
 // hasAnyWord says whether one of words occurs in b as a word of its own
 // (case folded).
