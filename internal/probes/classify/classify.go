@@ -908,7 +908,12 @@ func (c *Classifier) merge(cur, f *failure) {
 		cur.shm, cur.reason = true, f.reason
 	}
 	if f.oom != nil {
-		if cur.oom == nil {
+		if cur.oom == nil || cur.oom.Format == "caught_in_replica" && f.oom.Format != "caught_in_replica" {
+			// DataParallel's "Caught OutOfMemoryError in replica 0 on
+			// device 0.", then the replica's own message with its figures.
+			if cur.oom != nil && f.oom.Device == nil {
+				f.oom.Device = cur.oom.Device
+			}
 			cur.oom = f.oom
 		} else if cur.oom.Format == f.oom.Format || cur.oom.Format == "nccl_cuda_oom" && f.oom.Format == "nccl_cuda_oom" {
 			fillOOM(cur.oom, f.oom)

@@ -60,6 +60,11 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
 		return f, true
 	}
+	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ")) {
+		if f, ok := allocFormLine(t); ok {
+			return f, true
+		}
+	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
 		if f, ok := vllmWarmupLine(t); ok {
