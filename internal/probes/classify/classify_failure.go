@@ -1118,6 +1118,10 @@ func exceptionFailure(name string, msg []byte) failure {
 		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (ENOMEM)", "enomem")
 		f.oom = &OOM{Format: "enomem", Exception: name}
 		return f
+	case short == "OutOfMemoryError" && strings.HasPrefix(name, "ray."):
+		// Ray's OutOfMemoryError is host RAM: its memory monitor killed the
+		// task (host_reporters.go reads the message when it is there).
+		return memFailure(KindHostOOM, "killed for host memory by Ray's memory monitor (ray.exceptions.OutOfMemoryError)", "ray")
 	case short == "OutOfMemoryError":
 		f := memFailure(KindGPUOOM, "GPU out of memory", "torch")
 		f.oom = &OOM{Format: "other", Exception: name}

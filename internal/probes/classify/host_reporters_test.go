@@ -19,6 +19,8 @@ func TestHostReporters(t *testing.T) {
 		{"earlyoom[1021]: sending SIGTERM to process 4711 uid 1000 \"python\": badness 900, VmRSS 28123 MiB\n", "host_oom", "earlyoom"},
 		{"Your session crashed after using all available RAM. If you are interested in access to high-RAM runtimes, you may want to check out Colab Pro.\n", "host_oom", "Colab"},
 		{"OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\venv\\lib\\site-packages\\torch\\lib\\cudnn_cnn_infer64_8.dll\" or one of its dependencies.\n", "cpu_alloc_oom", "paging file"},
+		{"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory (message cut)\n", "host_oom", "Ray's memory monitor"},
+		{"ray.exceptions.OutOfMemoryError: see the raylet's log\n", "host_oom", "Ray's memory monitor"},
 		// Look-alikes.
 		{"earlyoom v1.7: mem total: 64000 MiB, sending SIGTERM at <= 10.00%, SIGKILL at <= 5.00%\n", "none", ""},
 		{"systemd-oomd[812]: Swap used (1.2G) / total (8G) is less than 90.00%: skipping\n", "none", ""},
