@@ -51,6 +51,8 @@ func TestScripts(t *testing.T) {
 			"webhook":    cmdWebhook,
 			"prom":       cmdProm,
 			"samedigest": cmdSameDigest,
+
+			"explainagrees": cmdExplainAgrees, // explain_agree_test.go
 		},
 	})
 }

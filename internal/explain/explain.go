@@ -23,8 +23,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
@@ -137,11 +140,13 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 	return []result{{File: path, Verdict: v}}, nil
 }
 
-// attemptSpan is where one attempt's output lies in output.log.
+// attemptSpan is where one attempt's output lies in output.log, and how
+// the attempt ended.
 type attemptSpan struct {
 	attempt int
 	offset  int64
-	site    *record.ProbeSite // from its attempt_end
+	site    *record.ProbeSite  // from its attempt_end
+	end     *record.AttemptEnd // nil when the journal holds no end (the attempt was still running)
 }
 
 // runAttempts reads the attempts' output offsets from dir's events.jsonl. It
@@ -166,6 +171,7 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 	}
 	var spans []attemptSpan
 	sites := map[int]*record.ProbeSite{}
+	ends := map[int]*record.AttemptEnd{}
 	for _, e := range entries {
 		ev, _ := e.Event()
 		switch ev := ev.(type) {
@@ -178,10 +184,13 @@ func runAttempts(dir string) ([]attemptSpan, error) {
 			if ev.Site != nil {
 				sites[ev.Attempt] = ev.Site
 			}
+			end := ev
+			ends[ev.Attempt] = &end
 		}
 	}
 	for i := range spans {
 		spans[i].site = sites[spans[i].attempt]
+		spans[i].end = ends[spans[i].attempt]
 	}
 	return spans, nil
 }
@@ -202,13 +211,61 @@ func explainRun(dir string, spans []attemptSpan) ([]result, error) {
 		if i+1 < len(spans) {
 			r = io.NewSectionReader(f, s.offset, max(spans[i+1].offset-s.offset, 0))
 		}
-		v, err := classify.ClassifyReader(r, classify.ClassifierOptions{})
+		v, err := attemptVerdict(r, s.end)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the log %s: %w", logPath, unwrapPath(err))
 		}
 		out = append(out, result{File: logPath, Attempt: s.attempt, Verdict: v, Site: s.site})
 	}
 	return out, nil
+}
+
+// attemptVerdict classifies one attempt's output with the run's own
+// evidence of how it ended, as the live classifier did: the exit status or
+// signal, whether gpuguard stopped it, and the memory cgroup's OOM kills
+// recorded with the live verdict at the attempt's end. A job the kernel
+// killed in its cgroup printed nothing about it; its output alone says "no
+// failure", its end says host_oom.
+//
+// It never contradicts the live verdict: when the two disagree on the kind
+// (the live classifier dropped output it could not keep up with, or the
+// supervisor stopped a hung job, which no output shows), the live verdict is
+// the one reported, since it is the one the policy acted on, and the
+// diagnosis says so.
+func attemptVerdict(r io.Reader, end *record.AttemptEnd) (classify.Verdict, error) {
+	c, err := classify.NewClassifier(classify.ClassifierOptions{})
+	if err != nil {
+		return classify.Verdict{}, err
+	}
+	s := lines.New(lines.DefaultMax, c.Line)
+	_, err = io.Copy(s, r)
+	s.Flush()
+	if err != nil {
+		return classify.Verdict{}, err
+	}
+	if end == nil {
+		return c.Verdict(), nil
+	}
+	e := classify.Exit{Code: end.ExitCode, StoppedByUs: end.StoppedByUs}
+	if end.Signal != "" {
+		e.Signal = unix.SignalNum(end.Signal)
+	}
+	if end.Verdict != nil {
+		e.CgroupOOMKills = end.Verdict.CgroupOOMKills
+	}
+	c.Exit(e)
+	v := c.Verdict()
+	if live := end.Verdict; live != nil && live.Kind != "" && live.Kind != v.Kind {
+		lv := *live
+		note := fmt.Sprintf("(The output alone reads as %s; this is the verdict gpuguard gave when the attempt ended, which the policy acted on.)", v.Kind)
+		if lv.Diagnosis == "" {
+			lv.Diagnosis = note
+		} else {
+			lv.Diagnosis += " " + note
+		}
+		return lv, nil
+	}
+	return v, nil
 }
 
 func displayName(path string) string {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -327,7 +328,7 @@ func TestRunDirShowsTheProbesSite(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 	var ev []byte
 	ev = append(ev, record.Marshal(t0, record.AttemptStart{Attempt: 1, LogOffset: &zero})...)
-	ev = append(ev, record.Marshal(t0.Add(time.Minute), record.AttemptEnd{Attempt: 1, Site: &record.ProbeSite{
+	ev = append(ev, record.Marshal(t0.Add(time.Minute), record.AttemptEnd{Attempt: 1, ExitCode: 1, Site: &record.ProbeSite{
 		Module: "Net.decoder.layers.11.attn", Pass: "forward", Phase: "val", Step: 1000, Shapes: "[[8,512,1024]]", Rank: &rank}})...)
 	if err := os.WriteFile(filepath.Join(dir, record.Events), ev, 0o644); err != nil {
 		t.Fatal(err)
@@ -340,5 +341,58 @@ func TestRunDirShowsTheProbesSite(t *testing.T) {
 	code, out, _ = run(t, "", true, dir)
 	if code != 0 || !strings.Contains(out, `"site":{"module":"Net.decoder.layers.11.attn","pass":"forward","phase":"val","step":1000`) {
 		t.Errorf("exit %d, JSON:\n%s", code, out)
+	}
+}
+
+// explain RUN_DIR reads the run's own evidence of how each attempt ended,
+// not the output alone: a main process the kernel killed in its memory
+// cgroup printed nothing about it (torchvision's reference trainer), and a
+// hung job gpuguard stopped printed nothing either. Its verdict is the live
+// one's.
+func TestRunDirUsesTheRunsEvidence(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	progress := "Epoch: [0]  [ 100/5005]  eta: 1:02:11  lr: 0.1  img/s: 402.3  loss: 6.1120 (6.3201)  time: 0.3880  data: 0.0011  max mem: 10542\n" +
+		"Epoch: [0]  [ 110/5005]  eta: 1:02:01  lr: 0.1  img/s: 401.9  loss: 6.0911 (6.2977)  time: 0.3871  data: 0.0010  max mem: 10542\n"
+	for _, tc := range []struct {
+		name       string
+		end        record.AttemptEnd
+		kind, text string
+	}{
+		{"cgroup kill", record.AttemptEnd{Attempt: 1, ExitCode: 137, Signal: "SIGKILL",
+			Verdict: &classify.Verdict{Kind: classify.KindHostOOM, Reason: "killed by the memory cgroup's out-of-memory killer", CgroupOOMKills: 2}},
+			"host_oom", "memory cgroup's OOM killer killed 2 process(es)"},
+		{"SIGKILL, no live verdict", record.AttemptEnd{Attempt: 1, ExitCode: 137, Signal: "SIGKILL"},
+			"host_oom", "killed by SIGKILL"},
+		{"hang stopped by gpuguard", record.AttemptEnd{Attempt: 1, ExitCode: 143, Signal: "SIGTERM", StoppedByUs: true,
+			Verdict: &classify.Verdict{Kind: classify.KindHang, Reason: "no progress for 30m0s"}},
+			"hang", "The output alone reads as none"},
+		{"exit 0", record.AttemptEnd{Attempt: 1, ExitCode: 0, Verdict: &classify.Verdict{Kind: classify.KindNone}},
+			"none", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, record.OutputLog), []byte(progress), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			zero := int64(0)
+			ev := record.Marshal(t0, record.AttemptStart{Attempt: 1, LogOffset: &zero})
+			ev = append(ev, record.Marshal(t0.Add(time.Minute), tc.end)...)
+			if err := os.WriteFile(filepath.Join(dir, record.Events), ev, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errs := run(t, "", true, dir)
+			if code != exitcode.OK || !strings.Contains(out, `"kind":"`+tc.kind+`"`) || !strings.Contains(out, tc.text) {
+				t.Errorf("status %d, stderr %q, out %s; want kind %s and %q", code, errs, out, tc.kind, tc.text)
+			}
+			// The log alone, without its journal, does not show it: the
+			// case shows what the evidence adds.
+			alone := filepath.Join(t.TempDir(), "alone.log")
+			if err := os.WriteFile(alone, []byte(progress), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, out, _ := run(t, "", true, alone); !strings.Contains(out, `"kind":"none"`) {
+				t.Errorf("the log alone: %s", out)
+			}
+		})
 	}
 }

@@ -77,13 +77,19 @@ type Classifier struct {
 	hits hitSet
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
+	ebuf []byte   // a line with escaped newlines, unescaped (message.go)
 	num  int      // number of the line being read
 	rank int      // rank prefix of the line being read, -1 when none
 
 	// phases
-	phase        Phase
-	explicit     bool
-	valDone      bool
+	phase    Phase
+	explicit bool
+	valDone  bool
+	sawTrain bool // a training line was seen: a validation that ends goes back to training
+	ge       struct {
+		seen, resets bool
+		step, epoch  int64
+	} // the last training step printed with its epoch, and whether that counter restarts each epoch
 	valEpoch     int64
 	epoch        int64
 	st           stepRead // the step the verdict reports
@@ -107,7 +113,10 @@ type Classifier struct {
 	pend      pendingMsg
 	block     rootCauseBlock
 	lastFrame frameSeen // the last traceback frame line (site.go)
-	abUntil   int       // AutoBatch probing: OOM text until this line is the probe's
+	srcAt     int       // the line a traceback frame's source line is expected on (traceback_phase.go), 0: none
+	srcRank   int
+	srcLib    bool // the frame is a framework's installed code
+	abUntil   int  // AutoBatch probing: OOM text until this line is the probe's
 	exp       expandableState
 	exit      *Exit
 
@@ -216,6 +225,12 @@ type pendingMsg struct {
 	lines  int
 	buf    []byte
 	f      *failure
+	// head is the first line's text before the message (a logger's record
+	// prefix, the exception's name), up to maxHead bytes: a continuation
+	// record that starts with a prefix of the same shape has it removed
+	// (message.go, repeatedPrefix).
+	head    [maxHead]byte
+	headLen int
 }
 
 const (
@@ -286,6 +301,9 @@ func (c *Classifier) Line(l lines.Line) {
 	c.m.scan(rest, &c.hits)
 	if c.hits.has(kwOctalCR) || c.hits.has(kwOctalEsc) {
 		c.octalFrames(rest, rank, l.Text)
+		return
+	}
+	if (c.hits.has(kwEscNL) || len(rest) > 1 && rest[0] == '{' && rest[1] == '"') && c.escapedFrames(rest, rank) {
 		return
 	}
 	c.frame(rest, rank, l.Text, true)
@@ -359,8 +377,21 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 		c.m.scan(t, &c.hits)
 	}
 	h := &c.hits
+	if c.srcAt == c.num && rank == c.srcRank {
+		c.srcAt = 0
+		if len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
+			if p := sourcePhase(t, c.srcLib); p != PhaseNone {
+				r := newPhaseHit(p)
+				c.applyPhase(&r, t)
+			}
+		}
+	}
 	if h.has(kwFrame) {
 		c.lastFrame.note(t, c.num, rank)
+		if bHasPrefix(trimSpaceLeft(t), "File \"") {
+			c.srcAt, c.srcRank = c.num+1, rank
+			c.srcLib = bHas(t, "-packages/")
+		}
 	}
 	phaseShape, failShape := anchoredCandidate(t)
 	if h.empty() && !phaseShape && !failShape && len(c.user) == 0 {
@@ -385,6 +416,9 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 				if cur.line == c.num {
 					w := cur.wrapped[:min(len(cur.wrapped), maxPendingBytes-1)]
 					c.pend = pendingMsg{active: true, rank: rank, buf: append(make([]byte, 0, 2*len(w)), w...), f: cur}
+					if h := len(t) - len(cur.wrapped); h > 0 {
+						c.pend.headLen = copy(c.pend.head[:], t[:h])
+					}
 				}
 				cur.wrapped = ""
 			}
@@ -427,7 +461,17 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 	case c == 'a':
 		return bHasPrefix(tl, "all "), false
 	case c == 'e':
-		return bHasPrefix(tl, "eval "), false // Composer's evaluation bar, PaddleOCR's
+		return bHasPrefix(tl, "eval"), false // Composer's evaluation bar, PaddleOCR's; "eval finished"
+	case c == '|':
+		return len(tl) > 2, false // a table row: "| eval  | 2 | 20/80 |" (progress_shape.go)
+	case c == 'P' || c == 'p':
+		return bHasPrefix(tl, "Predict") || bHasPrefix(tl, "predict"), false // Lightning's "Predicting DataLoader 0:" bar
+	case c == 't':
+		return bHasPrefix(tl, "test"), false // "test: 100%|" (progress_shape.go)
+	case c == '=' || c == '*' || c == '#' || c == '-' || c == '>':
+		return true, false // "=> Evaluating on test set", "***** eval metrics *****" (progress_shape.go)
+	case c == 'v' || c == 'V':
+		return bHasPrefix(tl, "val") || bHasPrefix(tl, "Val"), false // "val [10/25] loss=0.955" (progress_shape.go)
 	case c == 'E':
 		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
@@ -498,6 +542,9 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 		c.bareTrain = true
 	}
 	p := r.phase
+	if r.ends && c.sawTrain {
+		p = PhaseTrain // a finished validation: training goes on
+	}
 	if r.follow && p == PhaseNone {
 		p = c.phase // a bar both phases draw (Paddle's "step 10/938 - loss: ...")
 	}
@@ -507,6 +554,9 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if r.combined && c.phase == PhaseVal && !c.valDone && (c.valEpoch < 0 || r.epoch < 0 || c.valEpoch == r.epoch) {
 		// Lightning 1.x: the epoch bar also counts validation batches.
 		p = PhaseVal
+	}
+	if p == PhaseTrain {
+		c.sawTrain = true
 	}
 	if p != PhaseNone && p != c.phase {
 		c.phase = p
@@ -535,6 +585,22 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 		// bar right before the dict is the training bar, which counts the
 		// run's optimization steps.
 		c.optSteps, c.optLearned = c.lastBare, true
+	}
+	if r.kind == kindGlobal && r.epoch >= 0 {
+		// A counter printed with its epoch that restarts when the epoch
+		// advances ("Epoch 1/3 step 490/500", then "Epoch 2/3 step
+		// 10/500") counts the batches of the epoch, not the run's steps:
+		// from then on such readings are positions within the epoch.
+		if c.ge.seen && r.epoch > c.ge.epoch && r.step < c.ge.step {
+			c.ge.resets = true
+			if c.st.kind == kindGlobal && c.st.epoch >= 0 {
+				c.st.kind = kindInEpoch
+			}
+		}
+		c.ge.seen, c.ge.step, c.ge.epoch = true, r.step, r.epoch
+		if c.ge.resets {
+			r.kind = kindInEpoch
+		}
 	}
 	if r.epoch >= 0 {
 		c.epoch = r.epoch
@@ -797,6 +863,14 @@ func (c *Classifier) adopt(f failure, t, full []byte) {
 // epoch.
 func (c *Classifier) snapshot(f *failure) {
 	f.phase, f.epoch = c.phase, c.epoch
+	if f.kind == KindHostOOM && f.phase == PhaseVal && c.valDone && c.sawTrain && !c.explicit {
+		// A kill says nothing of where the job was. The validation had
+		// shown its end (its bar at N/N, its results): training went on
+		// after it, and the kill is training's. (A failure with a
+		// traceback is placed by its frames, and may be the validation's
+		// own end: its metrics.)
+		f.phase = PhaseTrain
+	}
 	c.snapshotStep(f)
 }
 
@@ -834,7 +908,12 @@ func (c *Classifier) merge(cur, f *failure) {
 		cur.shm, cur.reason = true, f.reason
 	}
 	if f.oom != nil {
-		if cur.oom == nil {
+		if cur.oom == nil || cur.oom.Format == "caught_in_replica" && f.oom.Format != "caught_in_replica" {
+			// DataParallel's "Caught OutOfMemoryError in replica 0 on
+			// device 0.", then the replica's own message with its figures.
+			if cur.oom != nil && f.oom.Device == nil {
+				f.oom.Device = cur.oom.Device
+			}
 			cur.oom = f.oom
 		} else if cur.oom.Format == f.oom.Format || cur.oom.Format == "nccl_cuda_oom" && f.oom.Format == "nccl_cuda_oom" {
 			fillOOM(cur.oom, f.oom)
@@ -906,6 +985,17 @@ func boundedText(full, t []byte) string {
 // It returns false (and ends the pending state) when t is not one.
 func (c *Classifier) continuePending(t []byte, rank int) bool {
 	p := &c.pend
+	if rank != p.rank && rank >= 0 && p.rank >= 0 && p.f == c.cur {
+		// Another rank's line, interleaved: the message of this rank may
+		// go on after it. Ranks are kept apart.
+		return false
+	}
+	record := false // a record of its own: the logger split the message at a line break
+	if p.f == c.cur && rank == p.rank {
+		if k := repeatedPrefix(p.head[:p.headLen], t); k > 0 {
+			t, record = t[k:], true
+		}
+	}
 	if p.f != c.cur || rank != p.rank || p.lines >= maxPendingLines || !continuation(t) {
 		c.pend = pendingMsg{}
 		return false
@@ -916,7 +1006,10 @@ func (c *Classifier) continuePending(t []byte, rank int) bool {
 		return false
 	}
 	p.lines++
-	if len(p.buf) > 0 && (p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
+	if sep := sentenceBreak(p.buf, t); record && sep != "" && len(p.buf)+len(sep) <= maxPendingBytes {
+		p.buf = append(bytes.TrimRight(p.buf, " \t"), sep...)
+		t = trimSpaceLeft(t)
+	} else if len(p.buf) > 0 && (record || p.buf[len(p.buf)-1] == ' ' || t[0] == ' ' || t[0] == '\t') {
 		p.buf = bytes.TrimRight(p.buf, " \t")
 		if len(p.buf) < maxPendingBytes {
 			p.buf = append(p.buf, ' ')

@@ -18,8 +18,14 @@ import (
 )
 
 // corpusDir is the shared corpus of real-format logs, relative to this
-// package (the repository's sibling "shared" folder).
-const corpusDir = "../../../../shared/corpus"
+// package (the repository's sibling "shared" folder), or where
+// GPUGUARD_CORPUS says (a checkout that is not beside it).
+var corpusDir = func() string {
+	if d := os.Getenv("GPUGUARD_CORPUS"); d != "" {
+		return d
+	}
+	return "../../../../shared/corpus"
+}()
 
 type corpusEntry struct {
 	File      string                     `json:"file"`

@@ -76,6 +76,7 @@ func (c *Classifier) Verdict() Verdict {
 	var exitNote string
 	if e := c.exit; e != nil {
 		f, handled, exitNote = c.applyExit(*e, f, handled)
+		v.CgroupOOMKills = e.CgroupOOMKills
 	}
 	if f != nil {
 		v.Kind, v.Reason, v.Line, v.Text, v.Host = f.kind, f.reason, f.line, f.text, f.host
@@ -257,6 +258,9 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
 			}
 		}
+		if f != nil && f.family == "windows_commit" {
+			add("Let Windows commit more memory: enlarge the paging file (System Properties, Advanced, Virtual memory) or run fewer DataLoader workers, each of which maps the CUDA libraries again.")
+		}
 		hostAdvice(v, add)
 		add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
 	case KindHostOOM:
@@ -296,8 +300,14 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		if f != nil && f.family == "container" {
 			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
 		}
+		if f != nil && f.family == "ray" {
+			add("Schedule fewer tasks per node so each has the RAM it uses: declare the task's memory (ray.remote(memory=...), ScalingConfig resources_per_worker={\"memory\": ...}) or give it more CPUs; raising RAY_memory_usage_threshold only moves the kill to the kernel.")
+		}
+		if f != nil && f.family == "k8s_eviction" {
+			add("Set the pod's memory request to what it uses (resources.requests.memory, equal to limits for the Guaranteed class, which is evicted last), or run it on a node with more memory: the kubelet evicts the pods that use most beyond their request when the node runs low.")
+		}
 		hostAdvice(v, add)
-		if f == nil || f.family != "slurm" && f.family != "container" {
+		if f == nil || f.family != "slurm" && f.family != "container" && f.family != "ray" && f.family != "k8s_eviction" {
 			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
 		}
 	case KindCrash:

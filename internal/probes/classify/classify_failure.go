@@ -46,6 +46,25 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
 	}
+	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) || h.has(kwAllRAM) {
+		if f, ok := hostReporterLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwError) && bHas(t, "WinError 1455") {
+		// "OSError: [WinError 1455] The paging file is too small for this
+		// operation to complete": Windows could not commit more virtual
+		// memory (each DataLoader worker loads the CUDA libraries again).
+		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (the Windows paging file is too small, WinError 1455)", "windows_commit")
+		f.oom = &OOM{Format: "win_paging_file", Exception: exceptionBefore(t, bIndex(t, "[WinError 1455]"))}
+		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
+		return f, true
+	}
+	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ")) {
+		if f, ok := allocFormLine(t); ok {
+			return f, true
+		}
+	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
 		if f, ok := vllmWarmupLine(t); ok {
@@ -109,6 +128,9 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 				o.Format = "th_not_enough_memory"
 			}
 			f.oom = o
+			return f, true
+		}
+		if f, ok := posixMemalign(t); ok {
 			return f, true
 		}
 	}
@@ -445,6 +467,15 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 			start = 0
 		}
 		word := string(before[start : len(before)-1])
+		for _, dev := range [...]string{"CUDA", "HIP", "XPU"} {
+			if len(word) > len(dev) && strings.HasSuffix(word, dev) {
+				// Glued to the text before it: "run failed.CUDA out of
+				// memory." (the message reader's glue rule: the device's
+				// name starts the message).
+				start += len(word) - len(dev)
+				word = dev
+			}
+		}
 		if word != "CUDA" && word != "HIP" && word != "XPU" {
 			break
 		}
@@ -1087,6 +1118,10 @@ func exceptionFailure(name string, msg []byte) failure {
 		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (ENOMEM)", "enomem")
 		f.oom = &OOM{Format: "enomem", Exception: name}
 		return f
+	case short == "OutOfMemoryError" && strings.HasPrefix(name, "ray."):
+		// Ray's OutOfMemoryError is host RAM: its memory monitor killed the
+		// task (host_reporters.go reads the message when it is there).
+		return memFailure(KindHostOOM, "killed for host memory by Ray's memory monitor (ray.exceptions.OutOfMemoryError)", "ray")
 	case short == "OutOfMemoryError":
 		f := memFailure(KindGPUOOM, "GPU out of memory", "torch")
 		f.oom = &OOM{Format: "other", Exception: name}

@@ -66,6 +66,9 @@ const (
 	kwCacheBlocks // "the cache blocks": vLLM's "No available memory for the cache blocks"
 	kwDesiredGPU  // "desired GPU": vLLM's start-up check of free memory
 	kwOutOf       // "OUT_OF_": Level Zero / UR / SYCL / CUDA driver status codes
+	kwLowOnMem    // "low on memory": Ray's memory monitor ("the node running low on memory"), host_reporters.go
+	kwLowOnRes    // "low on resource: memory": the kubelet's eviction for memory pressure, host_reporters.go
+	kwAllRAM      // "all available RAM": Colab's "Your session crashed after using all available RAM", host_reporters.go
 
 	// phases
 	kwEpoch
@@ -98,6 +101,7 @@ const (
 	kwFrame     // a Python traceback's frame: `File "x.py", line 12, in validate`
 	kwOctalCR   // a literal "#015" (carriage return), see Classifier.octalFrames
 	kwOctalEsc  // a literal "#033" (escape)
+	kwEscNL     // a literal "\\n" (an escaped newline inside quoted text: a JSON log record), see Classifier.escapedFrames
 
 	kwCount
 )
@@ -154,6 +158,9 @@ var kwTable = []kwEntry{
 	{kwCacheBlocks, "the cache blocks", false},
 	{kwDesiredGPU, "desired GPU", false},
 	{kwOutOf, "OUT_OF_", false},
+	{kwLowOnMem, "low on memory", false},
+	{kwLowOnRes, "low on resource: memory", false},
+	{kwAllRAM, "all available RAM", false},
 
 	{kwEpoch, "epoch", true},
 	{kwValid, "valid", true},
@@ -185,6 +192,7 @@ var kwTable = []kwEntry{
 	{kwFrame, "\", line ", false},
 	{kwOctalCR, "#015", false},
 	{kwOctalEsc, "#033", false},
+	{kwEscNL, `\n`, false},
 }
 
 // failureKeywords and phaseKeywords split the hit set between the two kinds of

@@ -389,5 +389,5 @@ func identBefore(t []byte, end int) string {
 	if s == end || !asciiLetter(t[s]) && t[s] != '_' {
 		return ""
 	}
-	return string(t[s:end])
+	return exceptionName(string(t[s:end]))
 }

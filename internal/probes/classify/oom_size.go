@@ -81,6 +81,8 @@ func parseMemSize(b []byte) (bytes int64, n int, ok bool) {
 	j := i
 	if j < len(b) && b[j] == ' ' {
 		j++
+	} else if j+1 < len(b) && b[j] == 0xc2 && b[j+1] == 0xa0 {
+		j += 2 // a no-break space, as a web page's copy gives it
 	}
 	mult, ul := memUnitMult(b[j:])
 	if mult == 0 {

@@ -69,6 +69,7 @@ type phaseHit struct {
 	lossDict  bool   // a Hugging Face log dict ("{'loss': ...}")
 	bareTrain bool   // SpeechBrain's training bar: a bare tqdm bar with "train_loss=" (see Classifier.bareTrain)
 	nan       bool   // the line reports a NaN or infinite loss
+	ends      bool   // the line ends a validation that training goes on after (progress_shape.go)
 	banner    bool   // Hugging Face's and Accelerate's "Total optimization steps = N" (tot is N)
 	kind      kindID // the kind of step
 	epoch     int64  // -1: not printed
@@ -217,9 +218,10 @@ func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
 		if b[i] != '/' {
 			continue
 		}
-		// digits before, possibly one space
+		// digits before, possibly spaces (a right-aligned counter:
+		// "[  100/  800]")
 		j := i
-		if j > 0 && b[j-1] == ' ' {
+		for j > 0 && i-j < 8 && b[j-1] == ' ' {
 			j--
 		}
 		k := j
@@ -230,7 +232,7 @@ func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
 			continue
 		}
 		m := i + 1
-		if m < len(b) && b[m] == ' ' {
+		for m < len(b) && m-i <= 8 && b[m] == ' ' {
 			m++
 		}
 		t, n, ok := scanInt(b[m:])
@@ -321,6 +323,11 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
 		return tracebackFrame(tl, r)
 	}
+	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwSanity) || len(tl) > 0 && (tl[0]|0x20 == 'v' || tl[0] == 'e' || tl[0] == 't' || tl[0] == 'p' || bHasPrefix(tl, "Eval") || bHasPrefix(tl, "Predict"))) && tqdmDescPhase(tl, r) {
+		// ("val epoch 3:", "eval epoch 3:", "test:", "Predicting DataLoader 0:"
+		// hold no keyword.)
+		return true
+	}
 	if h.has(kwStars) {
 		switch {
 		case bHas(t, "***** Running training *****"):
@@ -354,7 +361,8 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	}
 	return h.any(&valKeywords) && detectVal(t, tl, h, r) ||
 		h.any(&trainKeywords) && detectTrain(t, tl, h, r) ||
-		detectAnchored(tl, h, r)
+		detectAnchored(tl, h, r) ||
+		genericProgress(t, tl, h, r)
 }
 
 // explicitPhase reads "gpuguard: phase=val step=1000 epoch=2".
@@ -1335,7 +1343,15 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		"_fit_train", "fit_batch": // SpeechBrain
 		*r = newPhaseHit(PhaseTrain)
 	default:
-		return false
+		path := []byte(nil)
+		if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
+			path = tl[len("File \"") : len("File \"")+q]
+		}
+		p := framePhase(path, name)
+		if p == PhaseNone {
+			return false
+		}
+		*r = newPhaseHit(p)
 	}
 	return true
 }

@@ -102,6 +102,12 @@ type Verdict struct {
 	// a DataLoader worker ("Caught RuntimeError in DataLoader worker process
 	// 3", a worker killed for memory). Empty when the log does not say.
 	Requester string `json:"requester,omitempty"`
+	// CgroupOOMKills: how many processes the memory cgroup's OOM killer
+	// killed during the attempt (Exit.CgroupOOMKills), when the verdict was
+	// given knowing how the job ended; 0 otherwise. It is kept in the
+	// run's journal with the verdict, so that `gpuguard explain RUN_DIR`
+	// reads the same evidence the live verdict did.
+	CgroupOOMKills int `json:"cgroup_oom_kills,omitempty"`
 	// Site: for a memory failure, the innermost frame of the Python
 	// traceback printed just before it, as `PATH:LINE in FUNC` (the
 	// allocation that failed); empty when the log printed none. The
