@@ -17,29 +17,29 @@ import (
 type layer string
 
 const (
-	wiring   layer = "wiring"   // main.go and the command line
-	act      layer = "act"      // the run loop, one attempt's processes, the multi-node group
-	show     layer = "show"     // the commands that read: explain, report, doctor
-	decide   layer = "decide"   // the policy, pure
-	observe  layer = "observe"  // the probes that sample and watch
-	record   layer = "record"   // the run directory, what its files hold, who follows them
-	classify layer = "classify" // the output classifier and its vocabulary (Verdict, Kind, Phase), pure
-	shared   layer = "shared"   // small helpers every layer may use
-	tests    layer = "tests"    // test suites, test doubles and benchmarks: nothing else imports them
+	wiring     layer = "wiring"   // main.go and the command line
+	act        layer = "act"      // the run loop, one attempt's processes, the multi-node group
+	show       layer = "show"     // the commands that read: explain, report, doctor
+	decide     layer = "decide"   // the policy, pure
+	observe    layer = "observe"  // the probes that sample and watch
+	recorder   layer = "record"   // the run directory, what its files hold, who follows them
+	classifier layer = "classify" // the output classifier and its vocabulary (Verdict, Kind, Phase), pure
+	shared     layer = "shared"   // small helpers every layer may use
+	tests      layer = "tests"    // test suites, test doubles and benchmarks: nothing else imports them
 )
 
 // mayImport says which other layers each layer imports (its own is always
 // allowed). Arrows point down the picture only.
 var mayImport = map[layer][]layer{
-	wiring:   {act, show, decide, observe, record, classify, shared},
-	act:      {decide, observe, record, classify, shared},
-	show:     {decide, observe, record, classify, shared},
-	decide:   {classify, shared},
-	observe:  {record, classify, shared},
-	record:   {classify, shared},
-	classify: {shared},
-	shared:   {},
-	tests:    {wiring, act, show, decide, observe, record, classify, shared},
+	wiring:     {act, show, decide, observe, recorder, classifier, shared},
+	act:        {decide, observe, recorder, classifier, shared},
+	show:       {decide, observe, recorder, classifier, shared},
+	decide:     {classifier, shared},
+	observe:    {recorder, classifier, shared},
+	recorder:   {classifier, shared},
+	classifier: {shared},
+	shared:     {},
+	tests:      {wiring, act, show, decide, observe, recorder, classifier, shared},
 }
 
 // layers places every package of the module, by import path under the
@@ -67,12 +67,12 @@ var layers = map[string]layer{
 	"internal/probes/slurmenv":   observe,
 	"internal/probes/torchprobe": observe,
 
-	"internal/rundir":        record,
-	"internal/rundir/record": record,
-	"internal/notify":        record,
-	"internal/metrics":       record,
+	"internal/rundir":        recorder,
+	"internal/rundir/record": recorder,
+	"internal/notify":        recorder,
+	"internal/metrics":       recorder,
 
-	"internal/probes/classify": classify,
+	"internal/probes/classify": classifier,
 
 	"internal/allocconf": shared,
 	"internal/envinject": shared,
