@@ -176,6 +176,7 @@ func runLoop(cfg Config) int {
 		job.RunDir.Write(record.Policy{File: l.pol.File(), Knobs: rundir.Knobs(l.state.Policies.Values), Rules: l.pol.Rules()})
 	}
 	defer l.hooks.closeAll()
+	l.gpu = gpu.Open(job.Env, l.log)
 	if code := l.register(gspec, inGroup); code != 0 {
 		job.Finish(code)
 		return code
@@ -212,8 +213,8 @@ func (l *loop) prepare(status *Status) int {
 	return 0
 }
 
-// register opens what the run watches (the GPUs, the checkpoints) and
-// registers its hooks, from its configuration: a concern that is off is
+// register starts what the run watches (the checkpoints, the Slurm
+// signals) and registers its hooks, from its configuration: a concern that is off is
 // not registered. The stages run the hooks in this order. It returns an
 // exit status when the run cannot go on (the group cannot be formed).
 func (l *loop) register(gspec group.Spec, inGroup bool) int {
@@ -221,7 +222,6 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 	if s := l.startSlurm(); s != nil {
 		hs.add(s)
 	}
-	l.gpu = gpu.Open(l.job.Env, l.log)
 	hs.add(closer(l.gpu.Close))
 	if ok, why := l.gpu.Available(); ok {
 		hs.add(&gpuReleaseHook{l: l})
@@ -245,7 +245,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 	}
 	hs.add(&rejectionHook{})
 	hs.add(&oomGraceHook{l: l})
-	hs.add(&cgroupOOMHook{})
+	hs.add(newCgroupOOMHook())
 	if l.cfg.Probe != "" {
 		hs.add(&probeHook{l: l})
 	}
