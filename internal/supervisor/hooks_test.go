@@ -352,20 +352,31 @@ func TestHookMemoRemembers(t *testing.T) {
 // that can prints the plan.
 func TestDryRunChecksTheCommand(t *testing.T) {
 	for _, c := range []struct {
-		argv []string
-		code int
-		out  string
+		argv   []string
+		policy string
+		code   int
+		out    string
 	}{
-		{[]string{"no-such-command-xyz"}, 127, ""},
-		{[]string{"sh", "-c", "exit 0"}, 0, "command: sh -c 'exit 0' (with pipes)"},
+		{[]string{"no-such-command-xyz"}, "", 127, ""},
+		{[]string{"no-such-command-xyz", "--batch-size", "8"}, halvePolicy, 127, ""},
+		{[]string{"sh", "-c", "exit 0"}, "", 0, "command: sh -c 'exit 0' (with pipes)\n"},
+		{[]string{"sh", "train.py", "--batch-size", "8"}, halvePolicy, 0,
+			"knobs: batch_size=8 grad_accum=1\n"},
 	} {
 		wd := t.TempDir()
+		policy := ""
+		if c.policy != "" {
+			policy = filepath.Join(wd, "gpuguard.yaml")
+			if err := os.WriteFile(policy, []byte(c.policy), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		out, err := os.Create(filepath.Join(wd, "stdout"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var errb syncBuffer
-		cfg := Config{Argv: c.argv, DryRun: true, Stdout: out, Stderr: &errb, PTY: "never"}
+		cfg := Config{Argv: c.argv, DryRun: true, Stdout: out, Stderr: &errb, PTY: "never", Policy: policy}
 		l := newLoop(cfg, wd, []string{"PATH=/usr/bin:/bin"}, time.Now())
 		code := l.prepare(newStatus(out, &errb))
 		out.Close()
