@@ -467,3 +467,32 @@ func TestHookCgroupOOMKill(t *testing.T) {
 		t.Errorf("verdict %q, want %q", k, classify.KindHostOOM)
 	}
 }
+
+// docs/hooks.md's worked example is the code: the hook as rejections.go
+// has it, registered as loop.go does.
+func TestHooksDocIsTheCode(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/hooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for i, part := range strings.Split(string(doc), "```") {
+		if i%2 == 1 {
+			blocks = append(blocks, strings.TrimPrefix(part, "go\n"))
+		}
+	}
+	src := map[string]string{}
+	for _, f := range []string{"rejections.go", "loop.go"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src[f] = string(data)
+	}
+	if len(blocks) < 2 || !strings.HasSuffix(src["rejections.go"], blocks[0]) {
+		t.Errorf("docs/hooks.md's first code block is not the end of rejections.go:\n%s", blocks[0])
+	}
+	if len(blocks) < 2 || !strings.Contains(src["loop.go"], "\t"+strings.TrimSpace(blocks[1])+"\n") {
+		t.Errorf("loop.go does not register the hook as docs/hooks.md says: %q", blocks[1])
+	}
+}
