@@ -272,6 +272,8 @@ func (c closer) close() { _ = c() }
 // start, observe and end (runAttempt), decide, wait, relaunch.
 func (l *loop) attempts() int {
 	for {
+		// Prepare: where the attempt starts (a group member's leader says),
+		// its plan and derived configs.
 		l.state.Attempt++
 		at := attemptStart{n: l.state.Attempt}
 		if code, act := steer(l.hooks.beforeAttempt, func(h beforeAttemptHook) (int, action) { return h.beforeAttempt(&at) }); act == endRun {
@@ -284,15 +286,19 @@ func (l *loop) attempts() int {
 		for _, h := range l.hooks.launching {
 			h.launching(at.n, plan)
 		}
+		// Start, observe, end.
 		row, v, res, err := l.runAttempt(at.n, plan)
-		o := l.outcomeOf(at, row, v, res)
 		if err != nil {
-			o.res, o.exit = attemptResult{Code: exitCodeOf(err)}, classify.Exit{Code: exitCodeOf(err)}
+			code := exitCodeOf(err)
+			o := &outcome{n: at.n, row: row, v: v, res: attemptResult{Code: code}, exit: classify.Exit{Code: code}}
 			for _, h := range l.hooks.notStarted {
 				h.notStarted(o)
 			}
-			return l.end(exitCodeOf(err))
+			return l.end(code)
 		}
+		// Decide: hooks first (a retry, the group), then success, then the
+		// policy; wait, and relaunch.
+		o := l.outcomeOf(at, row, v, res)
 		if code, act := steer(l.hooks.settle, func(h settleHook) (int, action) { return h.settle(o) }); act == relaunch {
 			continue
 		} else if act == endRun {

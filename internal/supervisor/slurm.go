@@ -331,7 +331,7 @@ func (s *slurmRun) stopC() <-chan struct{} { return s.signalled }
 
 // endForRequeue ends the run after attempt n, which ended after a requeue
 // signal: nothing is relaunched, whatever the attempt died of; end (and
-// requeueAtEnd) then requeue the job.
+// its exiting stage) then requeue the job.
 func (l *loop) endForRequeue(n int, sig syscall.Signal, row attemptRow, code int) int {
 	name := policy.SignalName(sig)
 	row.decision = "requeue (" + name + ")"
