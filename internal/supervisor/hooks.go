@@ -239,7 +239,7 @@ func (hs *hooks) closeAll() {
 	}
 }
 
-// stopSignal is the first stopper's reason to stop relaunching, if any.
+// stopperSignal is the first stopper hook's reason to stop relaunching, if any.
 func (l *loop) stopperSignal() (syscall.Signal, bool) {
 	for _, h := range l.hooks.stopper {
 		if sig, ok := h.stopSignal(); ok {
