@@ -17,12 +17,27 @@ import (
 // user is told. An option the user set themselves is theirs to fix: the run
 // goes on to the policy, which sees a crash.
 
+// allocRetryHook relaunches without gpuguard's allocator settings when an
+// attempt died because its PyTorch refused one of them. Registered when
+// gpuguard sets allocator settings and runs alone (a group's nodes must
+// relaunch alike).
+type allocRetryHook struct{ l *loop }
+
+func (h allocRetryHook) settle(o *outcome) (int, action) {
+	if o.terminated || o.res.Code == 0 || !h.l.dropRefusedDefaults(o.n, o.v) {
+		return 0, goOn
+	}
+	o.row.decision = "relaunch without gpuguard's allocator settings"
+	h.l.rows = append(h.l.rows, o.row)
+	return 0, relaunch
+}
+
 // dropRefusedDefaults relaunches without gpuguard's allocator settings when
 // attempt n died because its PyTorch refused one of them; it reports
 // whether it did (the caller then starts the next attempt).
 func (l *loop) dropRefusedDefaults(n int, v classify.Verdict) bool {
 	opt := v.RefusedAllocOption
-	if opt == "" || l.cfg.NoEnv || !addedByGpuguard(l.userEnv, opt) {
+	if opt == "" || l.cfg.NoEnv || !addedByGpuguard(l.alloc, opt) {
 		return false
 	}
 	l.cfg.NoEnv = true
@@ -33,13 +48,10 @@ func (l *loop) dropRefusedDefaults(n int, v classify.Verdict) bool {
 	return true
 }
 
-// addedByGpuguard reports whether gpuguard's allocator defaults add opt to
-// env (rather than keep the user's own value of it).
-func addedByGpuguard(env []string, opt string) bool {
-	m, err := envinject.Merge(env, envinject.Defaults(), false)
-	if err != nil {
-		return false
-	}
+// addedByGpuguard reports whether gpuguard's allocator defaults added opt
+// (m: what they changed in gpuguard's environment) rather than kept the
+// user's own value of it.
+func addedByGpuguard(m envinject.Result, opt string) bool {
 	for _, c := range m.Changes {
 		if c.Option == opt && c.Old == "" && c.From == "" {
 			return true

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 )
 
@@ -78,7 +79,7 @@ func escapeGlob(s string) string {
 // says a checkpoint was saved at a path that no glob of the policy matches,
 // it says so, once per run.
 func (l *loop) checkSaved(text []byte) {
-	if l.pol == nil || l.unmatchedSaid.Load() {
+	if l.unmatchedSaid.Load() {
 		return
 	}
 	path, ok := checkpoint.SavedPath(text)
@@ -122,3 +123,9 @@ func UnmatchedGlobWarning(globs []string) string {
 	}
 	return fmt.Sprintf("warning: %s in the job's directory now: fine before the job's first save; otherwise no relaunch will find a checkpoint to resume from", what)
 }
+
+// ckptSaveHook checks each output line for a checkpoint saved where no
+// glob of the policy looks (checkSaved).
+type ckptSaveHook struct{ l *loop }
+
+func (h ckptSaveHook) line(_ *attemptRun, ln lines.Line) { h.l.checkSaved(ln.Text) }

@@ -17,8 +17,8 @@ package supervisor
 //   - a peer lost for longer than --group-timeout ends the run with exit
 //     status 76, nothing relaunched.
 //
-// The loop calls in at places marked "Group hook" in loop.go and
-// observe.go; every method is safe on a nil *groupRun.
+// groupHook plugs all of it into the loop (hooks.go); it is registered
+// only when gpuguard runs in a group.
 
 import (
 	"fmt"
@@ -47,6 +47,19 @@ type groupRun struct {
 	final int
 	// lastRun: the attempt a member ran last.
 	lastRun int
+}
+
+// groupHook is this gpuguard's part in its group, as the loop's hook.
+type groupHook struct {
+	*groupRun
+	l   *loop
+	cur *groupAttempt // the attempt running
+}
+
+// groupAttempt is what the group follows of one attempt.
+type groupAttempt struct {
+	steps, failedAt      atomic.Int64 // steps printed; when the first failure line came
+	stoppedForPeer, lost atomic.Bool
 }
 
 // resolveGroup reads the group flags; a bad flag is a usage error.
@@ -90,7 +103,7 @@ func (l *loop) startGroup(spec group.Spec) (*groupRun, int) {
 			spec.Size, spec.From, ld.Addr(), spec.Timeout)
 		if err := ld.WaitJoined(cancel); err != nil {
 			ld.Close()
-			return nil, l.groupFailed(0, err)
+			return nil, l.groupFailed(0, err, groupTimeout(l.cfg.GroupTimeout))
 		}
 		g.leader = ld
 		ev.Role, ev.Members = record.GroupLeader, ld.Members()
@@ -99,7 +112,7 @@ func (l *loop) startGroup(spec group.Spec) (*groupRun, int) {
 		st.Printf("group: member rank %d of %d (from %s); joining the leader at %s", spec.Rank, spec.Size, spec.From, spec.Where())
 		m, err := group.Join(spec, cancel)
 		if err != nil {
-			return nil, l.groupFailed(0, err)
+			return nil, l.groupFailed(0, err, groupTimeout(l.cfg.GroupTimeout))
 		}
 		g.member = m
 		ev.Role, ev.Leader = record.GroupMember, m.Leader()
@@ -112,7 +125,6 @@ func (l *loop) startGroup(spec group.Spec) (*groupRun, int) {
 // close ends this gpuguard's part in the group.
 func (g *groupRun) close() {
 	switch {
-	case g == nil:
 	case g.leader != nil:
 		g.leader.Close()
 	case g.member != nil:
@@ -120,22 +132,20 @@ func (g *groupRun) close() {
 	}
 }
 
-func (g *groupRun) isMember() bool { return g != nil && g.member != nil }
-func (g *groupRun) isLeader() bool { return g != nil && g.leader != nil }
+func (g *groupRun) isMember() bool { return g.member != nil }
+func (g *groupRun) isLeader() bool { return g.leader != nil }
 
 // groupFailed says that the group was lost (or could not be formed),
 // journals it, and returns the exit status.
-func (l *loop) groupFailed(n int, err error) int {
+func (l *loop) groupFailed(n int, err error, timeout time.Duration) int {
 	l.job.Status.Printf("group: %v; giving up without relaunching (a relaunch alone could run with settings the other nodes do not share)", err)
 	l.job.quiet.Store(false) // no leader to notify for the job: this member says how it ends
-	l.job.RunDir.Write(record.GroupLost{Attempt: n, Error: err.Error(), TimeoutS: l.grp.timeout(l.cfg.GroupTimeout).Seconds()})
+	l.job.RunDir.Write(record.GroupLost{Attempt: n, Error: err.Error(), TimeoutS: timeout.Seconds()})
 	return ExitGroupLost
 }
 
-func (g *groupRun) timeout(def time.Duration) time.Duration {
-	if g != nil {
-		return g.spec.Timeout
-	}
+// groupTimeout is --group-timeout, or its default.
+func groupTimeout(def time.Duration) time.Duration {
 	if def <= 0 {
 		return group.DefaultTimeout
 	}
@@ -153,11 +163,26 @@ func (g *groupRun) lostErr() error {
 	return nil
 }
 
-// awaitGo is a member's start of an attempt: the leader's go, with the
-// attempt's number, knob values and checkpoint. ok is false when the run
-// ends instead (code: its exit status).
-func (l *loop) awaitGo() (group.Go, int, bool) {
-	g := l.grp
+// beforeAttempt is a member's start of an attempt: the leader's go, with
+// the attempt's number, knob values and checkpoint; or the run's end.
+func (g *groupHook) beforeAttempt(s *attemptStart) (int, action) {
+	if !g.isMember() {
+		return 0, goOn
+	}
+	gox, code, ok := g.awaitGo()
+	if !ok {
+		return code, endRun
+	}
+	l := g.l
+	l.state.Attempt, l.state.Policies = gox.Attempt, gox.State
+	s.n, s.ckpt, s.given = gox.Attempt, gox.Checkpoint, true
+	return 0, goOn
+}
+
+// awaitGo waits for the leader's go. ok is false when the run ends instead
+// (code: its exit status).
+func (g *groupHook) awaitGo() (group.Go, int, bool) {
+	l := g.l
 	gox, last, err := g.member.AwaitGo(g.lastRun, l.job.Signals.TerminatedC())
 	if err == nil && last != nil {
 		l.job.Status.Printf("group: the leader ended its run before attempt %d (%s): not starting the job", last.Attempt, last.Reason)
@@ -171,24 +196,96 @@ func (l *loop) awaitGo() (group.Go, int, bool) {
 			l.job.Status.Printf("%s received while waiting for the group's leader: not starting the job", signalName(sig))
 			return gox, l.end(128 + int(sig)), false
 		}
-		return gox, l.end(l.groupFailed(g.lastRun, err)), false
+		return gox, l.end(l.groupFailed(g.lastRun, err, g.spec.Timeout)), false
 	}
 	g.lastRun = gox.Attempt
 	return gox, 0, true
 }
 
-// begin is the leader's start of attempt n: every member gets its go.
-func (g *groupRun) begin(n int, st policy.State, ckpt string) {
+// launching is the leader's start of attempt n: every member gets its go.
+func (g *groupHook) launching(n int, p launchPlan) {
 	if g.isLeader() {
-		g.leader.Begin(group.Go{Attempt: n, State: st, Checkpoint: ckpt})
+		g.leader.Begin(group.Go{Attempt: n, State: g.l.state.Policies, Checkpoint: p.ckpt})
 	}
+}
+
+// notStarted: a member whose job could not start reports it.
+func (g *groupHook) notStarted(o *outcome) {
+	if g.isMember() {
+		g.member.Ended(g.report(o))
+	}
+}
+
+func (g *groupHook) attemptStarting(*attemptRun) { g.cur = &groupAttempt{} }
+
+// event counts the steps, notes the first failure line and tells the group
+// of an out-of-memory error: the leader stops the other nodes' jobs.
+func (g *groupHook) event(a *attemptRun, ev classify.Event) {
+	switch {
+	case ev.Type == classify.EventStep:
+		g.cur.steps.Add(1)
+	case ev.Type == classify.EventFailure:
+		g.cur.failedAt.CompareAndSwap(0, time.Now().UnixNano())
+		if isMemory(ev.Kind) {
+			g.oom(a.n, ev, a.grace)
+		}
+	}
+}
+
+// started: a peer's failure stops this node's job.
+func (g *groupHook) started(a *attemptRun, p process) {
+	c := g.cur
+	go g.l.watchGroupStops(g.groupRun, a.n, p, a.grace, c.steps.Load, &c.stoppedForPeer, &c.lost)
+}
+
+func (g *groupHook) judged(a *attemptRun) {
+	if t := g.cur.failedAt.Load(); t != 0 {
+		a.row.failedAt = time.Unix(0, t)
+	}
+	a.row.stoppedForPeer = g.cur.stoppedForPeer.Load() && !isMemory(a.verdict.Kind)
+}
+
+// settle: a member reports the attempt and applies the leader's decision;
+// the leader collects every member's report and decides from the first
+// failure of the group.
+func (g *groupHook) settle(o *outcome) (int, action) {
+	l := g.l
+	rep := g.report(o)
+	if g.isMember() {
+		if rs, ok := l.stopperSignal(); ok { // a Slurm requeue: the run ends here
+			g.member.Ended(rep)
+			return l.endForRequeue(o.n, rs, o.row, o.res.Code), endRun
+		}
+		next, code := l.memberDecision(g.groupRun, o.n, o.row, rep, o.res.Code)
+		if next {
+			return 0, relaunch
+		}
+		return code, endRun
+	}
+	reports, err := g.leader.Collect(rep, l.job.Signals.TerminatedC())
+	if err != nil && !group.IsCancelled(err) {
+		o.row.decision = "group lost"
+		l.rows = append(l.rows, o.row)
+		return l.end(l.groupFailed(o.n, err, g.spec.Timeout)), endRun
+	}
+	first, failed := group.First(reports)
+	o.reports, o.groupFailed = reports, failed
+	if failed {
+		o.from = &first
+		o.v, o.exit, o.block, o.rejections = first.Verdict, first.Exit, first.Block, first.Rejections
+		o.peaks, o.starts = first.Peaks, first.Starts
+		if o.res.Code == 0 {
+			o.res.Code = first.Exit.Code
+		}
+		if first.Rank != g.spec.Rank {
+			o.prefix = fmt.Sprintf("group: rank %d on %s failed first: ", first.Rank, first.Host)
+		}
+	}
+	return 0, goOn
 }
 
 // oom tells the group that this node's job printed an out-of-memory line.
 func (g *groupRun) oom(n int, ev classify.Event, grace time.Duration) {
-	if g == nil {
-		return
-	}
 	note := group.Notice{Rank: g.spec.Rank, Host: g.spec.Host, Kind: ev.Kind, At: time.Now(), Text: ev.Text, GraceS: grace.Seconds()}
 	switch {
 	case g.isLeader():
@@ -223,8 +320,7 @@ func (g *groupRun) lost() <-chan struct{} {
 // breaks), then it is stopped; a job that goes on training (two steps
 // since) is left alone, as after its own out-of-memory error. A group lost
 // stops the job at once. It returns when the attempt ends.
-func (l *loop) watchGroupStops(n int, a graceAttempt, grace time.Duration, steps func() int64, stoppedForPeer, lost *atomic.Bool) {
-	g := l.grp
+func (l *loop) watchGroupStops(g *groupRun, n int, a graceAttempt, grace time.Duration, steps func() int64, stoppedForPeer, lost *atomic.Bool) {
 	var note group.Notice
 	select {
 	case note = <-g.stops():
@@ -268,21 +364,20 @@ func (l *loop) watchGroupStops(n int, a graceAttempt, grace time.Duration, steps
 	}
 }
 
-// groupReport is this member's report of attempt n.
-func (l *loop) groupReport(n int, row attemptRow, v classify.Verdict, res attemptResult, terminated bool, startStep *int64) group.Report {
+// report is this member's report of the attempt that ended with o.
+func (g *groupHook) report(o *outcome) group.Report {
+	row := o.row
 	return group.Report{
-		Rank: l.grp.spec.Rank, Host: l.grp.spec.Host, Attempt: n, Verdict: v,
-		Exit:     classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
+		Rank: g.spec.Rank, Host: g.spec.Host, Attempt: o.n, Verdict: o.v, Exit: o.exit,
 		FailedAt: row.failedAt, StoppedForPeer: row.stoppedForPeer, Peaks: row.peaks(), Starts: row.starts(), Block: row.block,
-		Rejections: row.rejections, StartStep: startStep, Terminated: terminated,
+		Rejections: row.rejections, StartStep: o.startStep, Terminated: o.terminated,
 	}
 }
 
 // memberDecision is a member's end of attempt n: its report to the
 // leader, the leader's decision applied. next: go on to the next attempt
 // (the leader relaunches); otherwise the run ends with code.
-func (l *loop) memberDecision(n int, row attemptRow, rep group.Report, code int) (next bool, exit int) {
-	g := l.grp
+func (l *loop) memberDecision(g *groupRun, n int, row attemptRow, rep group.Report, code int) (next bool, exit int) {
 	g.member.Ended(rep)
 	d, err := g.member.AwaitDecision(n, l.job.Signals.TerminatedC())
 	if err != nil {
@@ -293,7 +388,7 @@ func (l *loop) memberDecision(n int, row attemptRow, rep group.Report, code int)
 			l.job.Status.Printf("attempt %d stopped by %s: not relaunching", n, signalName(sig))
 			return false, l.end(code)
 		}
-		return false, l.end(l.groupFailed(n, err))
+		return false, l.end(l.groupFailed(n, err, g.spec.Timeout))
 	}
 	l.state.Policies = d.State
 	row.decision = d.Label + " (leader)"
@@ -338,39 +433,26 @@ func pickVerdict(d group.Decision, own group.Report) classify.Verdict {
 	return own.Verdict
 }
 
-// leaderCollect is the leader's end of attempt n: every member's report,
-// and the first failure among them. ok is false when the run ends (code).
-func (l *loop) leaderCollect(n int, row attemptRow, own group.Report, code int) (first group.Report, failed bool, reports []group.Report, exit int, ok bool) {
-	reports, err := l.grp.leader.Collect(own, l.job.Signals.TerminatedC())
-	if err != nil && !group.IsCancelled(err) {
-		row.decision = "group lost"
-		l.rows = append(l.rows, row)
-		return first, false, reports, l.end(l.groupFailed(n, err)), false
-	}
-	first, failed = group.First(reports)
-	return first, failed, reports, 0, true
-}
-
 // decided sends the leader's decision on attempt n to every member and
 // journals it.
-func (l *loop) decided(n int, d policy.Decision, line string, from *group.Report, reports []group.Report) {
-	g := l.grp
+func (g *groupHook) decided(o *outcome, d policy.Decision, line string) {
 	if !g.isLeader() {
 		return
 	}
+	n, from, reports := o.n, o.from, o.reports
 	gd := group.Decision{Attempt: n, Verb: d.Verb, Label: decisionLabel(d), Line: line, Reason: d.Reason, State: d.State, From: from, Policy: &d}
 	g.leader.Decide(gd)
 	if d.Verb != policy.Relaunch {
 		g.final = n
 	}
-	l.journalGroupDecision(n, record.GroupLeader, gd, reports)
+	g.l.journalGroupDecision(n, record.GroupLeader, gd, reports)
 }
 
 // finish is the leader's word to the members when the run ends without a
 // decision sent for its last attempt (a signal, a lost checkpoint, an
 // error): they end too.
-func (l *loop) groupFinish(code int) {
-	g := l.grp
+func (g *groupHook) finish(code, _ int) {
+	l := g.l
 	if !g.isLeader() || g.final == l.state.Attempt && g.final != 0 {
 		return
 	}
@@ -396,13 +478,4 @@ func (l *loop) journalGroupDecision(n int, role string, d group.Decision, report
 		ev.Reports = append(ev.Reports, mr)
 	}
 	l.job.RunDir.Write(ev)
-}
-
-// firstOf names the member whose failure the leader decided from, when it
-// is not the leader's own: "rank 1 on node2 failed first: ".
-func firstOf(from *group.Report, g *groupRun) string {
-	if from == nil || g == nil || from.Rank == g.spec.Rank {
-		return ""
-	}
-	return fmt.Sprintf("group: rank %d on %s failed first: ", from.Rank, from.Host)
 }

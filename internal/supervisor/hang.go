@@ -161,7 +161,7 @@ func (w *stallWatch) evidence(attempt int) record.Hang {
 // mark makes a stopped attempt's verdict a hang. A failure the classifier
 // recognised as memory stands: the job printed why it stopped progressing.
 func (w *stallWatch) mark(v *classify.Verdict) {
-	if w == nil || !w.hung.Load() || isMemory(v.Kind) {
+	if !w.hung.Load() || isMemory(v.Kind) {
 		return
 	}
 	v.Kind = classify.KindHang
@@ -264,15 +264,19 @@ func fmtSeconds(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
 }
 
-// newStall is attempt's stall watchdog, or nil when the policy has no hang:
-// section.
-func (l *loop) newStall() *stallWatch {
-	if l.pol == nil {
-		return nil
-	}
-	h, ok := l.pol.Hang()
-	if !ok {
-		return nil
-	}
-	return newStallWatch(h, time.Now)
+// stallHook is the stall and hang watchdog (the policy's hang: section):
+// each attempt gets a stallWatch that follows its output, and watchStall
+// stops the attempt when it is hung.
+type stallHook struct {
+	l   *loop
+	h   policy.Hang
+	cur *stallWatch // the attempt running
 }
+
+func (s *stallHook) attemptStarting(*attemptRun)            { s.cur = newStallWatch(s.h, time.Now) }
+func (s *stallHook) line(_ *attemptRun, ln lines.Line)      { s.cur.line(ln) }
+func (s *stallHook) event(_ *attemptRun, ev classify.Event) { s.cur.event(ev) }
+func (s *stallHook) started(a *attemptRun, p process)       { go s.l.watchStall(a.n, p, s.cur) }
+
+// judged makes a hang the watchdog stopped the attempt's verdict.
+func (s *stallHook) judged(a *attemptRun) { s.cur.mark(&a.verdict) }

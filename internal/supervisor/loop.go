@@ -17,25 +17,32 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/group"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // loop is one `gpuguard run`: attempts until the job succeeds, the policy gives
-// up, or gpuguard is told to stop.
+// up, or gpuguard is told to stop. Every concern beside the lifecycle is a
+// hook (hooks.go), registered once in register.
 type loop struct {
 	cfg  Config
 	wd   string
 	pol  *policy.Policy // nil: no policy; the job runs once
 	pjob policy.Job     // the job as the policy sees it: the environment it gets
-	// userEnv is gpuguard's own environment, before its allocator settings.
-	userEnv []string
-	state   runState
+	// userEnv is gpuguard's own environment, before its allocator settings;
+	// alloc is what the allocator defaults change in it (merged once).
+	userEnv  []string
+	alloc    envinject.Result
+	allocErr error // the merge failed (a bug)
+	state    runState
+	hooks    hooks
 
 	job    *Job
 	status *Status // the job's, once prepared; a dry run's own
@@ -46,9 +53,6 @@ type loop struct {
 	origin time.Time
 
 	rows []attemptRow
-	// slurm: requeue on the policy's slurm.requeue_on signals; nil outside
-	// Slurm (Slurm hook, supervisor/slurm.go).
-	slurm *slurmRun
 	// ignoredOld: a checkpoint of an earlier run was passed over (said once).
 	ignoredOld bool
 	// unmatchedSaid: the job saved a checkpoint that no glob matches, and
@@ -66,6 +70,9 @@ type loop struct {
 	// runAttempt runs one attempt to its end: runOne (the job's processes,
 	// the memory sampler and the classifier), or a test's script.
 	runAttempt func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error)
+	// start starts attempt n's processes and waits for them: Job.RunAttempt,
+	// or a test's fake attempt.
+	start func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error)
 	// writersGone: when the last attempt's processes had all ended (zero
 	// while some survive): no checkpoint can change after it.
 	writersGone time.Time
@@ -73,29 +80,32 @@ type loop struct {
 	after func(time.Duration) <-chan time.Time
 	// getpid is os.Getpid, for the plan's GPUGUARD_PID.
 	getpid func() int
+	// now is time.Now; rand is rand.Float64, for the policy's jitter.
+	now  func() time.Time
+	rand func() float64
 	// gaveUp: why the run gave up, for --exit-codes scheduler (exitcodes.go).
 	gaveUp giveUp
-	// grp: this gpuguard's part in a group of gpuguards that decide as one
-	// (group.go); nil when it runs alone.
-	grp *groupRun
 }
 
 // newLoop returns the loop of one `gpuguard run` started at origin in wd,
 // with the environment env, running attempts for real.
 func newLoop(cfg Config, wd string, env []string, origin time.Time) *loop {
-	l := &loop{cfg: cfg, wd: wd, origin: origin, userEnv: env, after: time.After, getpid: os.Getpid}
+	l := &loop{cfg: cfg, wd: wd, origin: origin, userEnv: env, after: time.After, getpid: os.Getpid,
+		now: time.Now, rand: rand.Float64}
 	// The policy reads the knobs' values from the environment the job
 	// really gets, gpuguard's allocator settings included: a step that sets
 	// what is already set does not act (a relaunch that changes nothing
 	// wastes the job's start-up and its work since the last checkpoint).
 	jobEnv := env
-	if !cfg.NoEnv {
-		if m, err := envinject.Merge(env, envinject.Defaults(), false); err == nil {
-			jobEnv = m.Env
-		}
+	l.alloc, l.allocErr = mergeAlloc(env)
+	if l.allocErr == nil && !cfg.NoEnv {
+		jobEnv = l.alloc.Env
 	}
 	l.pjob = policy.Job{Argv: cfg.Argv, Env: jobEnv, Dir: wd, Exists: exists}
 	l.runAttempt = l.runOne
+	l.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
+		return l.job.RunAttempt(n, spec, h)
+	}
 	return l
 }
 
@@ -147,7 +157,39 @@ func runLoop(cfg Config) int {
 		return exitSoftware
 	}
 	l := newLoop(cfg, wd, os.Environ(), time.Now())
+	if code := l.prepare(status); code != 0 || cfg.DryRun {
+		return code
+	}
+	gspec, inGroup, code := l.resolveGroup(status)
+	if code != 0 {
+		return code
+	}
+	l.cfg.groupMember = inGroup && !gspec.Leads()
 
+	job, code := prepare(l.cfg, wd, l.userEnv, l.alloc)
+	if job == nil {
+		return code
+	}
+	defer job.Close()
+	l.job, l.status, l.log = job, job.Status, job.Logger
+	if l.pol != nil {
+		job.RunDir.Write(record.Policy{File: l.pol.File(), Knobs: rundir.Knobs(l.state.Policies.Values), Rules: l.pol.Rules()})
+	}
+	defer l.hooks.closeAll()
+	l.gpu = gpu.Open(job.Env, l.log)
+	if code := l.register(gspec, inGroup); code != 0 {
+		job.Finish(code)
+		return code
+	}
+	code = l.attempts()
+	job.Finish(code)
+	return code
+}
+
+// prepare is what a run and a dry run share: the policy, the run
+// directory's state, the memo, and the command's check. A dry run answers
+// here (0) or with the error the run would give.
+func (l *loop) prepare(status *Status) int {
 	if code := l.loadPolicy(status); code != 0 {
 		return code
 	}
@@ -155,259 +197,250 @@ func runLoop(cfg Config) int {
 		return code
 	}
 	l.applyMemo(status)
-	if cfg.DryRun {
+	if l.allocErr != nil && !l.cfg.NoEnv {
+		status.Printf("internal error: %v", l.allocErr)
+		return exitSoftware
+	}
+	// A command that cannot run is reported before anything is created.
+	pathEnv, _ := envlist.Lookup(l.pjob.Env, "PATH")
+	if _, err := lookPathIn(l.cfg.Argv[0], pathEnv, ""); err != nil {
+		status.Printf("%v", err)
+		return exitCodeOf(err)
+	}
+	if l.cfg.DryRun {
 		return l.dryRun(status)
 	}
-	gspec, inGroup, code := l.resolveGroup(status) // Group hook (supervisor/group.go)
-	if code != 0 {
-		return code
-	}
-	l.cfg.groupMember = inGroup && !gspec.Leads()
+	return 0
+}
 
-	job, code := prepare(l.cfg)
-	if job == nil {
-		return code
+// register starts what the run watches (the checkpoints, the Slurm
+// signals) and registers its hooks, from its configuration: a concern that is off is
+// not registered. The stages run the hooks in this order. It returns an
+// exit status when the run cannot go on (the group cannot be formed).
+func (l *loop) register(gspec group.Spec, inGroup bool) int {
+	hs := &l.hooks
+	if s := l.startSlurm(); s != nil {
+		hs.add(s)
 	}
-	defer job.Close()
-	l.job, l.status = job, job.Status
-	l.log = job.Logger
-	if l.pol != nil {
-		job.RunDir.Write(record.Policy{File: l.pol.File(), Knobs: rundir.Knobs(l.state.Policies.Values), Rules: l.pol.Rules()})
-	}
-	l.slurm = l.startSlurm() // Slurm hook (supervisor/slurm.go)
-	defer l.slurm.close()
-
-	l.gpu = gpu.Open(job.Env, l.log)
-	defer l.gpu.Close()
-	if ok, why := l.gpu.Available(); !ok {
+	hs.add(closer(l.gpu.Close))
+	if ok, why := l.gpu.Available(); ok {
+		hs.add(&gpuReleaseHook{l: l})
+	} else {
 		l.log.Info("GPU memory not sampled", zap.String("why", why))
 	}
 	if l.pol != nil {
-		l.startWatcher()
-		defer func() {
-			if l.ckpts != nil {
-				l.ckpts.Close()
-			}
-		}()
-	}
-
-	if inGroup { // Group hook: form the group before the first attempt
-		grp, code := l.startGroup(gspec)
-		if grp == nil {
-			job.Finish(code)
-			return code
+		if l.startWatcher(); l.ckpts != nil {
+			hs.add(closer(l.ckpts.Close))
 		}
-		l.grp = grp
-		defer grp.close()
+		hs.add(ckptSaveHook{l})
+		if h, ok := l.pol.Hang(); ok {
+			hs.add(&stallHook{l: l, h: h})
+		}
+		if sc := slurmenv.FromEnv(l.pjob.Env); sc.InSlurm() {
+			hs.add(slurmMemHook{l})
+		}
+		if l.memoOn() {
+			hs.add(memoHook{l})
+		}
 	}
-
-	code = l.attempts()
-	job.Finish(code)
-	return code
+	hs.add(&rejectionHook{})
+	hs.add(&oomGraceHook{l: l})
+	hs.add(newCgroupOOMHook())
+	if l.cfg.Probe != "" {
+		hs.add(&probeHook{l: l})
+	}
+	if !inGroup {
+		if !l.cfg.NoEnv {
+			hs.add(allocRetryHook{l})
+		}
+		return 0
+	}
+	grp, code := l.startGroup(gspec) // the group forms before the first attempt
+	if grp == nil {
+		return code
+	}
+	hs.add(&groupHook{groupRun: grp, l: l})
+	return 0
 }
 
-// attempts runs the attempt loop and returns the exit status.
+// closer is a hook that only closes something at the end of the run.
+type closer func() error
+
+func (c closer) close() { _ = c() }
+
+// attempts runs the attempt loop and returns the exit status: prepare,
+// start, observe and end (runAttempt), decide, wait, relaunch.
 func (l *loop) attempts() int {
-	rd := l.job.RunDir
 	for {
+		// Prepare: where the attempt starts (a group member's leader says),
+		// its plan and derived configs.
 		l.state.Attempt++
-		n := l.state.Attempt
-
-		// The first attempt of a new run is the user's command as given;
-		// every later one (and a resumed run's) continues from a checkpoint.
-		ckpt := ""
-		if l.grp.isMember() {
-			// Group hook (supervisor/group.go): a member starts when the
-			// leader says, with the leader's knob values and checkpoint.
-			g, code, ok := l.awaitGo()
-			if !ok {
-				return code
-			}
-			n, l.state.Attempt, l.state.Policies, ckpt = g.Attempt, g.Attempt, g.State, g.Checkpoint
-		} else if n > 1 {
-			ckpt = l.latestCheckpoint(true)
-			if ckpt == "" && l.spec.Required {
-				l.job.Status.Printf("no complete checkpoint to resume from, and the policy requires one: not relaunching")
-				return l.end(l.lastCode())
-			}
+		at := attemptStart{n: l.state.Attempt}
+		if code, act := steer(l.hooks.beforeAttempt, func(h beforeAttemptHook) (int, action) { return h.beforeAttempt(&at) }); act == endRun {
+			return code
 		}
-
-		plan, err := l.plan(n, ckpt, rd.Path())
-		if err == nil {
-			err = plan.writeFiles()
+		plan, code, ok := l.prepareAttempt(&at)
+		if !ok {
+			return code
 		}
+		for _, h := range l.hooks.launching {
+			h.launching(at.n, plan)
+		}
+		// Start, observe, end.
+		row, v, res, err := l.runAttempt(at.n, plan)
 		if err != nil {
-			l.job.Status.Printf("attempt %d: %v", n, err)
-			rd.Write(record.Error{Attempt: n, Error: err.Error()})
-			return l.end(ExitConfig)
-		}
-		for _, note := range plan.notes {
-			l.job.Status.Printf("%s", note)
-		}
-		if n > 1 || ckpt != "" {
-			l.job.Status.Printf("attempt %d: %s", n, quoteArgv(plan.argv))
-		}
-
-		l.grp.begin(n, l.state.Policies, ckpt) // Group hook: the leader's go to every member
-		row, v, res, startErr := l.runAttempt(n, plan)
-		if startErr != nil {
-			if l.grp.isMember() {
-				l.grp.member.Ended(l.groupReport(n, row, v, attemptResult{Code: exitCodeOf(startErr)}, false, nil))
+			code := exitCodeOf(err)
+			o := &outcome{n: at.n, row: row, v: v, res: attemptResult{Code: code}, exit: classify.Exit{Code: code}}
+			for _, h := range l.hooks.notStarted {
+				h.notStarted(o)
 			}
-			return l.end(exitCodeOf(startErr))
+			return l.end(code)
 		}
-		l.writersGone = time.Time{}
-		if res.Survivors == 0 {
-			l.writersGone = time.Now()
-		}
-		sig, terminated := l.job.Signals.Terminated()
-		if terminated {
-			row.stoppedBy = sig
-		}
-		var startStep *int64
-		if ckpt != "" {
-			if s, ok := checkpoint.StepOf(filepath.Base(ckpt)); ok {
-				startStep = &s
-			}
-		}
-		// gpuguard's own allocator settings refused by an older PyTorch
-		// (allocopt.go): the attempt again without them, once.
-		if l.grp == nil && !terminated && res.Code != 0 && l.dropRefusedDefaults(n, v) {
-			row.decision = "relaunch without gpuguard's allocator settings"
-			l.rows = append(l.rows, row)
+		// Decide: hooks first (a retry, the group), then success, then the
+		// policy; wait, and relaunch.
+		o := l.outcomeOf(at, row, v, res)
+		if code, act := steer(l.hooks.settle, func(h settleHook) (int, action) { return h.settle(o) }); act == relaunch {
 			continue
+		} else if act == endRun {
+			return code
 		}
-		// Group hook (supervisor/group.go): a member applies the leader's
-		// decision; the leader decides from the first failure of the group.
-		exit := classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs}
-		peaks, starts, rejections, block := row.peaks(), row.starts(), row.rejections, row.block
-		groupFailed := false
-		var from *group.Report
-		var reports []group.Report
-		if l.grp != nil {
-			rep := l.groupReport(n, row, v, res, terminated, startStep)
-			if l.grp.isMember() {
-				if rs, ok := l.slurm.requeueSignal(); ok {
-					l.grp.member.Ended(rep)
-					return l.endForRequeue(n, rs, row, res.Code)
-				}
-				next, code := l.memberDecision(n, row, rep, res.Code)
-				if next {
-					continue
-				}
-				return code
-			}
-			first, failed, reps, code, ok := l.leaderCollect(n, row, rep, res.Code)
-			if !ok {
-				return code
-			}
-			groupFailed, reports = failed, reps
-			if failed {
-				from = &first
-				v, exit, peaks, starts, rejections, block = first.Verdict, first.Exit, first.Peaks, first.Starts, first.Rejections, first.Block
-				if res.Code == 0 {
-					res.Code = first.Exit.Code
-				}
-			}
-		}
-		if res.Code == 0 && !groupFailed {
-			row.decision = "done"
-			l.rows = append(l.rows, row)
-			l.decided(n, policy.Decision{Verb: policy.Done, State: l.state.Policies}, "done", nil, reports)
+		if o.res.Code == 0 && !o.groupFailed {
+			o.row.decision = "done"
+			l.rows = append(l.rows, o.row)
+			l.decided(o, policy.Decision{Verb: policy.Done, State: l.state.Policies}, "done")
 			return l.end(0)
 		}
-		// Slurm hook (supervisor/slurm.go): after a requeue signal nothing
-		// is relaunched here; end() requeues the job.
-		if rs, ok := l.slurm.requeueSignal(); ok {
-			return l.endForRequeue(n, rs, row, res.Code)
+		if code, act := steer(l.hooks.failed, func(h failedHook) (int, action) { return h.failed(o) }); act == endRun {
+			return code
 		}
-		if l.pol == nil {
-			row.decision = "no policy"
-			l.rows = append(l.rows, row)
-			if isMemory(v.Kind) && !terminated {
-				l.job.Status.Printf("%s; no policy file, so not relaunching (write one with: gpuguard policy init -- %s)", describeFailure(n, v), quoteArgv(l.cfg.Argv))
-			}
-			if !terminated {
-				l.noteGiveUp(v, nil)
-			}
-			return l.end(res.Code)
+		if code, next := l.decideAndWait(o); !next {
+			return code
 		}
+	}
+}
 
-		out := policy.Outcome{
-			Verdict:    v,
-			Exit:       exit,
-			Attempt:    n,
-			StartStep:  startStep,
-			Peaks:      peaks,
-			Starts:     starts,
-			Block:      block,
-			Rejections: rejections,
-			Terminated: terminated,
-			SlurmMem:   l.slurmMem(),
-			Rand:       rand.Float64(),
+// prepareAttempt chooses the checkpoint attempt at resumes from (unless a
+// hook did), plans its launch and writes its derived configs. ok is false
+// when the run ends instead (code).
+func (l *loop) prepareAttempt(at *attemptStart) (p launchPlan, code int, ok bool) {
+	n := at.n
+	// The first attempt of a new run is the user's command as given;
+	// every later one (and a resumed run's) continues from a checkpoint.
+	if !at.given && n > 1 {
+		at.ckpt = l.latestCheckpoint(true)
+		if at.ckpt == "" && l.spec.Required {
+			l.job.Status.Printf("no complete checkpoint to resume from, and the policy requires one: not relaunching")
+			return p, l.end(l.lastCode()), false
 		}
-		d := l.decide(n, out)
-		// Slurm hook (supervisor/slurmmem.go): raise_slurm_mem requeues the
-		// job with a larger memory request; when it cannot, the policy is
-		// asked again with what Slurm said, and the rule goes on.
-		for range 4 {
-			c, ok := d.SlurmMemChange()
-			if !ok || d.Verb != policy.Relaunch || terminated {
-				break
-			}
-			shown := d
-			shown.Backoff = 0 // no wait: the job goes back to Slurm's queue
-			l.job.Status.Printf("%s → %s; requeueing the Slurm job with it", describeFailure(n, v), shown.Describe())
-			ev, why, requeued := l.requeueWithMem(n, d, c)
-			if requeued {
-				row.decision = decisionLabel(d) + ", requeued"
-				l.rows = append(l.rows, row)
-				l.journalDecision(n, d, "")
-				l.job.RunDir.Write(ev)
-				return l.end(res.Code)
-			}
-			l.job.Status.Printf("rule %s step %d (%s) cannot act: %s", d.Rule, d.Step, c, why)
-			l.job.RunDir.Write(ev)
-			mem := *out.SlurmMem
-			mem.Refused = why
-			out.SlurmMem = &mem
-			d = l.decide(n, out)
-		}
-		l.state.Policies = d.State
-		row.decision = decisionLabel(d)
-		l.rows = append(l.rows, row)
-		next := ""
-		if d.Verb == policy.Relaunch && !terminated {
-			next = l.latestCheckpoint(true)
-		}
-		l.journalDecision(n, d, next)
+	}
+	rd := l.job.RunDir
+	p, err := l.plan(n, at.ckpt, rd.Path())
+	if err == nil {
+		err = p.writeFiles()
+	}
+	if err != nil {
+		l.job.Status.Printf("attempt %d: %v", n, err)
+		rd.Write(record.Error{Attempt: n, Error: err.Error()})
+		return p, l.end(ExitConfig), false
+	}
+	for _, note := range p.notes {
+		l.job.Status.Printf("%s", note)
+	}
+	if n > 1 || at.ckpt != "" {
+		l.job.Status.Printf("attempt %d: %s", n, quoteArgv(p.argv))
+	}
+	return p, 0, true
+}
 
-		switch {
-		case terminated:
-			l.job.Status.Printf("attempt %d stopped by %s: not relaunching", n, signalName(sig))
-			return l.end(res.Code)
-		case d.Verb != policy.Relaunch:
-			l.job.Status.Printf("%s%s → giving up: %s", firstOf(from, l.grp), describeFailure(n, v), d.Reason)
-			l.noteGiveUp(v, &d)
-			l.decided(n, d, "giving up: "+d.Reason, from, reports)
-			return l.end(res.Code)
+// outcomeOf is how attempt at ended, as the loop decides on it.
+func (l *loop) outcomeOf(at attemptStart, row attemptRow, v classify.Verdict, res attemptResult) *outcome {
+	o := &outcome{n: at.n, row: row, v: v, res: res,
+		exit:  classify.Exit{Code: res.Code, Signal: res.Signal, StoppedByUs: res.StoppedByUs},
+		peaks: row.peaks(), starts: row.starts(), rejections: row.rejections, block: row.block}
+	l.writersGone = time.Time{}
+	if res.Survivors == 0 {
+		l.writersGone = l.now()
+	}
+	if o.sig, o.terminated = l.job.Signals.Terminated(); o.terminated {
+		o.row.stoppedBy = o.sig
+	}
+	if at.ckpt != "" {
+		if s, ok := checkpoint.StepOf(filepath.Base(at.ckpt)); ok {
+			o.startStep = &s
 		}
-		l.decided(n, d, d.Describe(), from, reports)
-		line := fmt.Sprintf("%s%s → %s", firstOf(from, l.grp), describeFailure(n, v), d.Describe())
-		if next != "" {
-			line += "; resuming from " + displayPath(next, l.wd)
-		} else if l.spec.Pass != "" {
-			line += "; no checkpoint yet, starting over"
+	}
+	return o
+}
+
+// decideAndWait asks the policy about the failed attempt o, records and
+// says the decision, and waits before the relaunch. next is false when the
+// run ends (code).
+func (l *loop) decideAndWait(o *outcome) (code int, next bool) {
+	n, v := o.n, o.v
+	if l.pol == nil {
+		o.row.decision = "no policy"
+		l.rows = append(l.rows, o.row)
+		if isMemory(v.Kind) && !o.terminated {
+			l.job.Status.Printf("%s; no policy file, so not relaunching (write one with: gpuguard policy init -- %s)", describeFailure(n, v), quoteArgv(l.cfg.Argv))
 		}
-		l.job.Status.Printf("%s", line)
-		if err := l.saveState(); err != nil {
-			l.job.Status.Printf("warning: %v", err)
+		if !o.terminated {
+			l.noteGiveUp(v, nil)
 		}
-		if !l.pause(d.Backoff) {
-			sig := l.stopSignal() // Slurm hook: a terminating or a requeue signal
-			l.job.Status.Printf("%s received while waiting to relaunch: not relaunching", signalName(sig))
-			return l.end(res.Code)
+		return l.end(o.res.Code), false
+	}
+	out := policy.Outcome{Verdict: v, Exit: o.exit, Attempt: n, StartStep: o.startStep, Peaks: o.peaks, Starts: o.starts,
+		Block: o.block, Rejections: o.rejections, Terminated: o.terminated, Rand: l.rand()}
+	for _, h := range l.hooks.decision {
+		h.asking(&out)
+	}
+	d := l.decide(n, out)
+	for _, h := range l.hooks.decision {
+		var code int
+		var act action
+		if d, code, act = h.revise(o, &out, d); act == endRun {
+			return code, false
 		}
+	}
+	l.state.Policies = d.State
+	o.row.decision = decisionLabel(d)
+	l.rows = append(l.rows, o.row)
+	ckpt := ""
+	if d.Verb == policy.Relaunch && !o.terminated {
+		ckpt = l.latestCheckpoint(true)
+	}
+	l.journalDecision(n, d, ckpt)
+	switch {
+	case o.terminated:
+		l.job.Status.Printf("attempt %d stopped by %s: not relaunching", n, signalName(o.sig))
+		return l.end(o.res.Code), false
+	case d.Verb != policy.Relaunch:
+		l.job.Status.Printf("%s%s → giving up: %s", o.prefix, describeFailure(n, v), d.Reason)
+		l.noteGiveUp(v, &d)
+		l.decided(o, d, "giving up: "+d.Reason)
+		return l.end(o.res.Code), false
+	}
+	l.decided(o, d, d.Describe())
+	line := fmt.Sprintf("%s%s → %s", o.prefix, describeFailure(n, v), d.Describe())
+	if ckpt != "" {
+		line += "; resuming from " + displayPath(ckpt, l.wd)
+	} else if l.spec.Pass != "" {
+		line += "; no checkpoint yet, starting over"
+	}
+	l.job.Status.Printf("%s", line)
+	if err := l.saveState(); err != nil {
+		l.job.Status.Printf("warning: %v", err)
+	}
+	if !l.pause(d.Backoff) {
+		l.job.Status.Printf("%s received while waiting to relaunch: not relaunching", signalName(l.stopSignal()))
+		return l.end(o.res.Code), false
+	}
+	return 0, true
+}
+
+// decided tells the decided hooks the decision on o.
+func (l *loop) decided(o *outcome, d policy.Decision, line string) {
+	for _, h := range l.hooks.decided {
+		h.decided(o, d, line)
 	}
 }
 
@@ -487,12 +520,11 @@ func (l *loop) journalDecision(n int, d policy.Decision, ckpt string) {
 }
 
 // end records the run's end and prints the summary table of attempts.
-func (l *loop) end(code int) int {
-	l.groupFinish(code)       // Group hook: the members end with the leader
-	code = l.exitStatus(code) // --exit-codes scheduler (exitcodes.go)
+func (l *loop) end(raw int) int {
+	code := l.exitStatus(raw) // --exit-codes scheduler (exitcodes.go)
 	l.state.Done, l.state.ExitCode = true, code
-	if code == 0 {
-		l.saveMemo()
+	for _, h := range l.hooks.finish {
+		h.finish(raw, code)
 	}
 	if err := l.saveState(); err != nil {
 		l.job.Status.Printf("warning: %v", err)
@@ -518,7 +550,9 @@ func (l *loop) end(code int) int {
 			l.job.Status.Printf("  %s", line)
 		}
 	}
-	l.requeueAtEnd(code) // Slurm hook (supervisor/slurm.go): last, once state.json is saved
+	for _, h := range l.hooks.exiting { // last, once state.json is saved: a Slurm requeue
+		h.exiting(code)
+	}
 	return code
 }
 

@@ -229,10 +229,20 @@ func memoRememberedLine(to policy.Values, path, device string) string {
 	return fmt.Sprintf("memo: remembered %s in %s for the next run of this command on %s", describeValues(to), path, device)
 }
 
+// memoHook saves the values a successful run ended with in the memo.
+// Registered when the run keeps a memo (memoOn).
+type memoHook struct{ l *loop }
+
+func (h memoHook) finish(_, code int) {
+	if code == 0 {
+		h.l.saveMemo()
+	}
+}
+
 // saveMemo records the values a successful run ended with, when they differ
 // from the command's own (and forgets the entry when they no longer do).
 func (l *loop) saveMemo() {
-	if !l.memoOn() || l.memoFrom == nil {
+	if l.memoFrom == nil {
 		return
 	}
 	from, to := policy.Values{}, policy.Values{}

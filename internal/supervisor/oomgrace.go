@@ -3,6 +3,7 @@ package supervisor
 import (
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
@@ -105,4 +106,57 @@ func (p *stepProgress) failed() {
 	p.atFail = maps.Clone(p.most)
 	p.epochAtFail = p.mostEpoch
 	p.sinceFail = true
+}
+
+// oomGraceHook gives the job oom_grace to exit after each out-of-memory
+// error (watchOOMGrace). It counts the steps printed since the error, on
+// the failing rank, past where the job was (stepProgress); a framework
+// that caught the OOM goes on printing steps and is not stopped.
+type oomGraceHook struct {
+	l   *loop
+	cur *oomGraceAttempt // the attempt running
+}
+
+// oomGraceAttempt is the hook's state for one attempt.
+type oomGraceAttempt struct {
+	failed     chan struct{} // one value per out-of-memory error
+	stepsSince atomic.Int64
+	recovered  atomic.Bool // the job said it recovered from its last error
+	failRank   atomic.Int64
+	progress   stepProgress // scanner goroutine only
+}
+
+func (h *oomGraceHook) attemptStarting(*attemptRun) {
+	h.cur = &oomGraceAttempt{failed: make(chan struct{}, 1)}
+	h.cur.failRank.Store(-1)
+}
+
+func (h *oomGraceHook) event(_ *attemptRun, ev classify.Event) {
+	c := h.cur
+	switch ev.Type {
+	case classify.EventStep:
+		beyond := c.progress.step(ev)
+		if fr := c.failRank.Load(); beyond && (fr < 0 || ev.Rank < 0 || int64(ev.Rank) == fr) {
+			c.stepsSince.Add(1)
+		}
+	case classify.EventRecovered:
+		c.recovered.Store(true)
+	case classify.EventFailure:
+		if !isMemory(ev.Kind) {
+			return
+		}
+		c.failRank.Store(int64(ev.Rank))
+		c.stepsSince.Store(0)
+		c.progress.failed()
+		c.recovered.Store(false)
+		select {
+		case c.failed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *oomGraceHook) started(a *attemptRun, p process) {
+	c := h.cur
+	go h.l.watchOOMGrace(p, c.failed, a.grace, func() bool { return wentOn(c.stepsSince.Load(), c.recovered.Load()) })
 }

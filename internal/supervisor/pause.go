@@ -22,11 +22,18 @@ func (l *loop) pause(backoff time.Duration) bool {
 		select {
 		case <-stop:
 			cancel()
-		case <-l.slurm.requeueC(): // Slurm hook (supervisor/slurm.go)
-			cancel()
 		case <-ctx.Done():
 		}
 	}()
+	for _, s := range l.hooks.stopper { // a Slurm requeue signal, say
+		go func() {
+			select {
+			case <-s.stopC():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if l.releaseBaseline != nil {
 		start := time.Now()
 		announce := func(held []gpu.Holding, timeout time.Duration) {
@@ -55,4 +62,21 @@ func (l *loop) pause(backoff time.Duration) bool {
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// gpuReleaseHook samples the GPU memory in use before each attempt: after
+// a failed one, pause waits until use is back near it.
+type gpuReleaseHook struct {
+	l        *loop
+	baseline []gpu.Sample
+}
+
+func (h *gpuReleaseHook) attemptStarting(*attemptRun) {
+	h.baseline, _ = h.l.gpu.Sample(context.Background(), nil)
+}
+
+func (h *gpuReleaseHook) judged(a *attemptRun) {
+	if a.exit.Code != 0 {
+		h.l.releaseBaseline = h.baseline
+	}
 }

@@ -77,7 +77,7 @@ func planLaunch(in planInput) (launchPlan, error) {
 		p.argv, p.env, p.files, p.notes = launch.Argv, launch.Env, launch.Files, launch.Notes
 	}
 	if !in.noEnv {
-		merged, err := envinject.Merge(p.env, envinject.Defaults(), false)
+		merged, err := mergeAlloc(p.env)
 		if err != nil {
 			return launchPlan{}, err
 		}
@@ -122,4 +122,11 @@ func sameFilePath(a, b string) bool {
 	ia, err1 := os.Stat(a)
 	ib, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(ia, ib)
+}
+
+// mergeAlloc merges gpuguard's allocator defaults into env: once into
+// gpuguard's own environment (newLoop), and into each attempt's after the
+// policy set its knobs there (planLaunch).
+func mergeAlloc(env []string) (envinject.Result, error) {
+	return envinject.Merge(env, envinject.Defaults(), false)
 }

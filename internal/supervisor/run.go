@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/envinject"
-	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/redact"
 	"github.com/gpuguard/gpuguard/internal/rundir"
@@ -52,11 +51,13 @@ type Job struct {
 	quiet     atomic.Bool // a group member: its leader sends the job's notifications (sinks.go)
 }
 
-// prepare resolves cfg (launch mode, environment, run directory), prints the
-// start lines and starts forwarding signals. It returns a nil Job and the
-// exit status when the run cannot go on (a bad --pty value: 64; the run
-// directory: 73), or when cfg.DryRun has been answered (0).
-func prepare(cfg Config) (*Job, int) {
+// prepare resolves cfg's launch mode, creates (or opens) the run directory
+// in wd, prints the start lines and starts forwarding signals. env is
+// gpuguard's environment and merged what the allocator defaults change in
+// it (the loop merged them once; the command is checked there too). It
+// returns a nil Job and the exit status when the run cannot go on (a bad
+// --pty value: 64; the run directory: 73).
+func prepare(cfg Config, wd string, env []string, merged envinject.Result) (*Job, int) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
@@ -66,31 +67,10 @@ func prepare(cfg Config) (*Job, int) {
 		fmt.Fprintln(cfg.Stderr, err)
 		return nil, exitCodeOf(err)
 	}
-	env := os.Environ()
-	var merged envinject.Result
-	if !cfg.NoEnv {
-		merged, err = envinject.Merge(env, envinject.Defaults(), false)
-		if err != nil {
-			status.Printf("internal error: %v", err)
-			return nil, exitSoftware
-		}
+	if cfg.NoEnv {
+		merged = envinject.Result{}
+	} else {
 		env = merged.Env
-	}
-	// A command that cannot run is reported before anything is created.
-	pathEnv, _ := envlist.Lookup(env, "PATH")
-	if _, err := lookPathIn(cfg.Argv[0], pathEnv, ""); err != nil {
-		status.Printf("%v", err)
-		return nil, exitCodeOf(err)
-	}
-	if cfg.DryRun {
-		// The loop answers dry runs before preparing anything (loop.go).
-		return nil, 0
-	}
-
-	wd, err := os.Getwd()
-	if err != nil {
-		status.Printf("cannot read the working directory: %v", err)
-		return nil, exitSoftware
 	}
 	var rd *rundir.Dir
 	if cfg.ResumeRun != "" {
@@ -170,7 +150,7 @@ func (j *Job) Spec(argv, env []string) attemptSpec {
 type attemptHooks struct {
 	// Started is called once the child runs, before RunAttempt waits for it
 	// (to start sampling its memory, to arm a timer that stops it).
-	Started func(a *Attempt)
+	Started func(a process)
 	// Ended is called once the attempt is over and its output scanned; it
 	// adds to the attempt_end event (the verdict) before it is written.
 	Ended func(res attemptResult, end *record.AttemptEnd)

@@ -23,9 +23,8 @@ package supervisor
 //     knob values that fit and the latest checkpoint.
 //
 // Nothing here acts outside a Slurm job, without a policy, or when the
-// policy's slurm.requeue_on is empty. The loop calls in at five marked places
-// ("Slurm hook" in loop.go): startSlurm/close, attach, requeueSignal,
-// requeueC and requeueAtEnd; every method is safe on a nil *slurmRun.
+// policy's slurm.requeue_on is empty: then startSlurm returns nil and no
+// hook is registered. Otherwise *slurmRun is the loop's hook (hooks.go).
 
 import (
 	"context"
@@ -56,6 +55,7 @@ const scontrolTimeout = 20 * time.Second
 // slurmRun is gpuguard's part in a Slurm job: the job's context, the
 // policy's slurm: section, and the first requeue signal received.
 type slurmRun struct {
+	l      *loop
 	ctx    slurmenv.Context
 	spec   policy.Slurm
 	env    []string // gpuguard's environment, for scontrol (SLURM_CONF, PATH)
@@ -77,7 +77,7 @@ type slurmRun struct {
 
 	mu  sync.Mutex
 	sig syscall.Signal // first requeue signal; 0 while none came
-	att *Attempt       // the attempt running, nil between attempts
+	att process        // the attempt running, nil between attempts
 	// launching: an attempt is being started and is not attached yet. A
 	// signal that comes then is the running attempt's: attach reports it and
 	// arms the stop, as handle does for an attached one.
@@ -100,7 +100,7 @@ func (l *loop) startSlurm() *slurmRun {
 		spec = l.pol.Slurm()
 	}
 	s := &slurmRun{
-		ctx: sc, spec: spec, env: env, status: l.job.Status, rd: l.job.RunDir, log: l.log,
+		l: l, ctx: sc, spec: spec, env: env, status: l.job.Status, rd: l.job.RunDir, log: l.log,
 		requeueID: sc.JobID, requeuer: true,
 	}
 	if sc.ArrayJobID != "" && sc.ArrayTaskID != "" {
@@ -179,9 +179,6 @@ func (l *loop) startSlurm() *slurmRun {
 // close stops listening for requeue signals. The signals' other handling
 // (signals.go) is not affected.
 func (s *slurmRun) close() {
-	if s == nil {
-		return
-	}
 	signal.Stop(s.ch)
 	close(s.quit)
 	<-s.done
@@ -246,14 +243,14 @@ func (s *slurmRun) requeuerText() string {
 
 // stopping says that the running attempt a has slurm.stop_after to exit after
 // sig, and arms its stop.
-func (s *slurmRun) stopping(a *Attempt, sig syscall.Signal) {
+func (s *slurmRun) stopping(a process, sig syscall.Signal) {
 	s.status.Printf("%s: no more relaunches here; the job has %s to save a checkpoint and exit, then %s",
 		policy.SignalName(sig), s.spec.StopAfter, s.requeuerText())
 	s.armStop(a, sig)
 }
 
 // armStop stops a slurm.stop_after after sig unless it has exited by then.
-func (s *slurmRun) armStop(a *Attempt, sig syscall.Signal) {
+func (s *slurmRun) armStop(a process, sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.timer != nil {
@@ -271,14 +268,10 @@ func (s *slurmRun) armStop(a *Attempt, sig syscall.Signal) {
 	})
 }
 
-// attach tells which attempt runs now (from the attempt's Started hook). An
-// attempt that starts after the requeue signal came (it slipped through
-// between the check and the start) gets the signal too, and the same time
-// to exit.
-func (s *slurmRun) attach(a *Attempt) {
-	if s == nil {
-		return
-	}
+// started tells which attempt runs now. An attempt that starts after the
+// requeue signal came (it slipped through between the check and the start)
+// gets the signal too, and the same time to exit.
+func (s *slurmRun) started(_ *attemptRun, a process) {
 	s.mu.Lock()
 	s.att = a
 	s.launching = false
@@ -291,25 +284,33 @@ func (s *slurmRun) attach(a *Attempt) {
 	}
 }
 
-// launch marks an attempt as being started (see launching); attach ends
-// the mark, and so does launched when the start failed.
+// attemptStarting marks an attempt as being started (see launching);
+// started ends the mark, and so does startFailed.
+func (s *slurmRun) attemptStarting(*attemptRun) { s.launch(true) }
+func (s *slurmRun) startFailed(*attemptRun)     { s.launch(false) }
+
 func (s *slurmRun) launch(starting bool) {
-	if s == nil {
-		return
-	}
 	s.mu.Lock()
 	s.launching = starting
 	s.mu.Unlock()
 }
+
+// failed: after a requeue signal nothing is relaunched here, whatever the
+// attempt died of; the run ends, and exiting requeues the job.
+func (s *slurmRun) failed(o *outcome) (int, action) {
+	if sig, ok := s.requeueSignal(); ok {
+		return s.l.endForRequeue(o.n, sig, o.row, o.res.Code), endRun
+	}
+	return 0, goOn
+}
+
+func (s *slurmRun) stopSignal() (syscall.Signal, bool) { return s.requeueSignal() }
 
 // requeueSignal reports the first requeue signal gpuguard received, if any.
 // A signal the runtime has delivered but the watcher has not taken yet is
 // taken here, so that an attempt that died of the signal is never mistaken
 // for an ordinary failure and relaunched.
 func (s *slurmRun) requeueSignal() (syscall.Signal, bool) {
-	if s == nil {
-		return 0, false
-	}
 	for {
 		select {
 		case sig := <-s.ch:
@@ -324,19 +325,13 @@ func (s *slurmRun) requeueSignal() (syscall.Signal, bool) {
 	return s.sig, s.sig != 0
 }
 
-// requeueC is closed when the first requeue signal arrives (nil, which
-// blocks for ever, when there is nothing to requeue), so that the wait
+// stopC is closed when the first requeue signal arrives, so that the wait
 // before a relaunch ends at once.
-func (s *slurmRun) requeueC() <-chan struct{} {
-	if s == nil {
-		return nil
-	}
-	return s.signalled
-}
+func (s *slurmRun) stopC() <-chan struct{} { return s.signalled }
 
 // endForRequeue ends the run after attempt n, which ended after a requeue
 // signal: nothing is relaunched, whatever the attempt died of; end (and
-// requeueAtEnd) then requeue the job.
+// its exiting stage) then requeue the job.
 func (l *loop) endForRequeue(n int, sig syscall.Signal, row attemptRow, code int) int {
 	name := policy.SignalName(sig)
 	row.decision = "requeue (" + name + ")"
@@ -355,17 +350,17 @@ func (l *loop) stopSignal() syscall.Signal {
 	if sig, ok := l.job.Signals.Terminated(); ok {
 		return sig
 	}
-	sig, _ := l.slurm.requeueSignal()
+	sig, _ := l.stopperSignal()
 	return sig
 }
 
-// requeueAtEnd requeues the Slurm job when a requeue signal came during the
+// exiting requeues the Slurm job when a requeue signal came during the
 // run, whatever the job's exit status (code). It runs last in end(), once
 // state.json is written: `scontrol requeue` makes Slurm end this run of the
 // job at once. Every outcome is printed and journaled (event "requeue");
 // none changes gpuguard's exit status, which stays the job's own.
-func (l *loop) requeueAtEnd(code int) {
-	s := l.slurm
+func (s *slurmRun) exiting(code int) {
+	l := s.l
 	sig, ok := s.requeueSignal()
 	if !ok {
 		return

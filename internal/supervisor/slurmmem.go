@@ -37,6 +37,45 @@ import (
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
+// slurmMemHook is raise_slurm_mem: the policy is told the Slurm job's
+// memory request, and a decision that raises it requeues the job with the
+// larger one. Registered inside Slurm, with a policy.
+type slurmMemHook struct{ l *loop }
+
+func (h slurmMemHook) asking(out *policy.Outcome) { out.SlurmMem = h.l.slurmMem() }
+
+// revise carries out a relaunch that raises the memory request: the job
+// is requeued with it and the run ends; when it cannot be (the reason is
+// journalled and said), the policy is asked again with what Slurm said,
+// and the rule goes on (at most four times).
+func (h slurmMemHook) revise(o *outcome, out *policy.Outcome, d policy.Decision) (policy.Decision, int, action) {
+	l := h.l
+	for range 4 {
+		c, ok := d.SlurmMemChange()
+		if !ok || d.Verb != policy.Relaunch || o.terminated {
+			break
+		}
+		shown := d
+		shown.Backoff = 0 // no wait: the job goes back to Slurm's queue
+		l.job.Status.Printf("%s → %s; requeueing the Slurm job with it", describeFailure(o.n, o.v), shown.Describe())
+		ev, why, requeued := l.requeueWithMem(o.n, d, c)
+		if requeued {
+			o.row.decision = decisionLabel(d) + ", requeued"
+			l.rows = append(l.rows, o.row)
+			l.journalDecision(o.n, d, "")
+			l.job.RunDir.Write(ev)
+			return d, l.end(o.res.Code), endRun
+		}
+		l.job.Status.Printf("rule %s step %d (%s) cannot act: %s", d.Rule, d.Step, c, why)
+		l.job.RunDir.Write(ev)
+		mem := *out.SlurmMem
+		mem.Refused = why
+		out.SlurmMem = &mem
+		d = l.decide(o.n, *out)
+	}
+	return d, 0, goOn
+}
+
 // slurmMem is the Slurm job's memory request, from the environment Slurm
 // gave it; nil outside Slurm or for a job without one.
 func (l *loop) slurmMem() *policy.SlurmMem {

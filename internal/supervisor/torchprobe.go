@@ -23,15 +23,14 @@ const probePoll = 200 * time.Millisecond
 // probeWatch follows the torch probe's records during one attempt
 // (--probe torch, docs/probe.md): they go to the journal as probe events,
 // the main rank's phase drives the sampler in place of the output's, and
-// the first out-of-memory site goes into attempt_end. A nil *probeWatch is
-// the probe off; its methods do nothing.
+// the first out-of-memory site goes into attempt_end.
 type probeWatch struct {
 	n       int
 	rd      *rundir.Dir
 	status  *Status
 	sampler *memory.Sampler
 
-	phased atomic.Bool // the probe reported a phase: the output's phases no longer drive the sampler
+	phased *atomic.Bool // the probe reported a phase: the output's phases no longer drive the sampler
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
@@ -42,7 +41,7 @@ type probeWatch struct {
 // startProbe writes the probe's Python files and starts following the
 // attempt's records; nil when the plan has no probe. A probe that cannot be
 // written is a warning: the attempt runs without it.
-func startProbe(n int, p launchPlan, rd *rundir.Dir, status *Status, sampler *memory.Sampler) *probeWatch {
+func startProbe(n int, p launchPlan, rd *rundir.Dir, status *Status, sampler *memory.Sampler, phased *atomic.Bool) *probeWatch {
 	if p.probeRecords == "" {
 		return nil
 	}
@@ -55,7 +54,7 @@ func startProbe(n int, p launchPlan, rd *rundir.Dir, status *Status, sampler *me
 		return nil
 	}
 	status.Printf("attempt %d: torch probe on (records in %s)", n, p.probeRecords)
-	w := &probeWatch{n: n, rd: rd, status: status, sampler: sampler}
+	w := &probeWatch{n: n, rd: rd, status: status, sampler: sampler, phased: phased}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	w.done.Add(1)
@@ -66,23 +65,14 @@ func startProbe(n int, p launchPlan, rd *rundir.Dir, status *Status, sampler *me
 	return w
 }
 
-// drivesPhase reports whether the probe's phases drive the sampler.
-func (w *probeWatch) drivesPhase() bool { return w != nil && w.phased.Load() }
-
 // stop reads what is left and stops following.
 func (w *probeWatch) stop() {
-	if w == nil {
-		return
-	}
 	w.cancel()
 	w.done.Wait()
 }
 
 // oomSite is the first out-of-memory site the probe reported, or nil.
 func (w *probeWatch) oomSite() *record.ProbeSite {
-	if w == nil {
-		return nil
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.site
@@ -167,4 +157,34 @@ func oomBlock(site *record.ProbeSite, phase classify.Phase) *policy.OOMBlock {
 		Backward: site.Pass != "forward",
 		NoGrad:   site.Grad != nil && !*site.Grad,
 	}
+}
+
+// probeHook is --probe torch: each attempt's probe records are followed
+// while it runs (probeWatch), and its first out-of-memory site goes into
+// attempt_end and, as the block it struck in, to the policy.
+type probeHook struct {
+	l   *loop
+	cur *probeWatch // nil: the probe could not be installed for this attempt
+}
+
+func (h *probeHook) attemptStarting(a *attemptRun) {
+	h.cur = startProbe(a.n, a.plan, h.l.job.RunDir, h.l.job.Status, a.sampler, &a.probePhase)
+}
+
+func (h *probeHook) startFailed(*attemptRun) {
+	if h.cur != nil {
+		h.cur.stop()
+	}
+}
+
+// stopped reads the records left and puts the site in attempt_end.
+func (h *probeHook) stopped(a *attemptRun) {
+	if h.cur != nil {
+		h.cur.stop()
+		a.end.Site = h.cur.oomSite()
+	}
+}
+
+func (h *probeHook) judged(a *attemptRun) {
+	a.row.block = oomBlock(a.end.Site, a.verdict.Phase)
 }

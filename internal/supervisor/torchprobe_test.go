@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/envlist"
@@ -46,7 +47,8 @@ func TestProbePhaseDrivesTheSampler(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	w := &probeWatch{n: 1, rd: rd, sampler: s}
+	var phased atomic.Bool
+	w := &probeWatch{n: 1, rd: rd, sampler: s, phased: &phased}
 	one := 1
 	for _, c := range []struct {
 		r    torchprobe.Record
@@ -62,7 +64,7 @@ func TestProbePhaseDrivesTheSampler(t *testing.T) {
 			t.Errorf("after %+v the sampler samples in %q, want %q", c.r, got, c.want)
 		}
 	}
-	if !w.drivesPhase() {
+	if !phased.Load() {
 		t.Error("the probe's phases do not drive the sampler")
 	}
 }
@@ -77,7 +79,7 @@ func TestProbeBlockReachesThePolicy(t *testing.T) {
 	}
 	defer rd.Close()
 	var errb bytes.Buffer
-	w := &probeWatch{n: 1, rd: rd, sampler: memory.NewSampler(memory.SamplerConfig{}), status: newStatus(io.Discard, &errb)}
+	w := &probeWatch{n: 1, rd: rd, sampler: memory.NewSampler(memory.SamplerConfig{}), status: newStatus(io.Discard, &errb), phased: new(atomic.Bool)}
 	yes, no := true, false
 	w.record(torchprobe.Record{Kind: torchprobe.KindOOM, Phase: "train", Step: 2, Pass: "forward", Module: "LLM.layers.5.mlp.2",
 		Grad: &yes, Block: &torchprobe.Block{Container: "layers", Index: 5, Of: 8}})
