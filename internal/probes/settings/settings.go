@@ -21,6 +21,7 @@
 package settings
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 )
@@ -335,10 +336,25 @@ func isAlnum(c byte) bool {
 // indexFold is the index of w (lower case) in s from from on, ignoring
 // ASCII case, or -1.
 func indexFold(s, w []byte, from int) int {
-	for i := from; i+len(w) <= len(s); i++ {
+	lo, up := w[0], w[0]
+	if 'a' <= lo && lo <= 'z' {
+		up = lo - ('a' - 'A')
+	}
+	for i := from; i+len(w) <= len(s); {
+		j := bytes.IndexByte(s[i:], lo)
+		if up != lo {
+			if k := bytes.IndexByte(s[i:], up); k >= 0 && (j < 0 || k < j) {
+				j = k
+			}
+		}
+		if j < 0 {
+			return -1
+		}
+		i += j
 		if hasFold(s[i:], w) {
 			return i
 		}
+		i++
 	}
 	return -1
 }
