@@ -18,4 +18,3 @@ type Verify struct {
 }
 
 func (Verify) EventType() string { return "verify" }
-
