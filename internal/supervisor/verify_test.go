@@ -100,16 +100,34 @@ func TestVerifyUnappliedGivesUp(t *testing.T) {
 func TestVerifyDropCheckpoint(t *testing.T) {
 	lt := verifyLoop(t, verifyPolicy+"verify: {unapplied: drop_checkpoint}\n",
 		fakeOutput{out: []string{"step 10 loss 2.0", oomLine}, code: 1, ckpt: "ckpt/step_10.pt"},
-		fakeOutput{out: []string{"Restoring train_batch_size=32 from the checkpoint", oomLine}, code: 1},
-		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "trained"}, code: 0})
+		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "Restoring train_batch_size=32 from the checkpoint",
+			"  Instantaneous batch size per device = 32", oomLine}, code: 1},
+		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "  Instantaneous batch size per device = 16", "trained"}, code: 0})
 	if code := lt.attempts(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
 	}
 	wantContains(t, "stderr", lt.stderr.String(),
-		`attempt 2: batch_size 16 did not take hold: the job used 32 (line 1: "Restoring train_batch_size=32 from the checkpoint")`,
+		`attempt 2: batch_size 16 did not take hold: the job used 32 (line 3: "  Instantaneous batch size per device = 32")`,
 		"starting without the checkpoint that pins it, ckpt/step_10.pt (verify: {unapplied: drop_checkpoint})",
-		`attempt 3: batch_size 16 confirmed: line 1: "Namespace(batch_size=16, workers=4)"`,
+		`attempt 3: batch_size 16 confirmed: line 2: "  Instantaneous batch size per device = 16"`,
 		"again without the checkpoint")
+	// docs/policy.md quotes these lines as the code prints them.
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := 0
+	for _, line := range strings.Split(lt.stderr.String(), "\n") {
+		if strings.Contains(line, "did not take hold") || strings.Contains(line, "confirmed") {
+			quoted++
+			if !strings.Contains(string(doc), "\n"+line+"\n") {
+				t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", line)
+			}
+		}
+	}
+	if quoted != 3 {
+		t.Errorf("%d lines to quote, want 3", quoted)
+	}
 	if strings.Contains(lt.stderr.String(), "no checkpoint yet") {
 		t.Errorf("said there was no checkpoint:\n%s", lt.stderr.String())
 	}

@@ -79,6 +79,12 @@ func TestSpellings(t *testing.T) {
 	if len(got) != 1 || got[0].Knob != "accum" || got[0].Value != "2" {
 		t.Errorf("got %+v", got)
 	}
+	// Ultralytics' knob is batch=; its banner is key=value words.
+	u := New([]Key{{Knob: "batch", Spellings: []string{"batch"}}})
+	got = u.Append(nil, []byte("engine/trainer: task=detect, mode=train, model=yolov8n.pt, data=coco128.yaml, epochs=3, batch=16, imgsz=640"))
+	if len(got) != 1 || got[0].Value != "16" {
+		t.Errorf("ultralytics: %+v", got)
+	}
 	if got := r.Append(nil, []byte("bs=4")); len(got) != 0 {
 		t.Errorf("a two-letter spelling matched: %+v", got)
 	}
