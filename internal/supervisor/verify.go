@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"unicode/utf8"
+
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/settings"
@@ -39,9 +41,10 @@ type verifyHook struct {
 	fresh     int
 }
 
-// verifyWant is a knob a relaunch changed and the value it set.
+// verifyWant is a knob a relaunch changed, the value it set and the value
+// before.
 type verifyWant struct {
-	knob, set string
+	knob, set, old string
 }
 
 // verifySeen is a value the job's output gave for a knob, and where.
@@ -72,7 +75,11 @@ func (h *verifyHook) line(a *attemptRun, ln lines.Line) {
 	for _, s := range h.buf {
 		text := string(ln.Text)
 		if len(text) > maxVerifyText {
-			text = text[:maxVerifyText] + "…"
+			cut := maxVerifyText
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			text = text[:cut] + "…"
 		}
 		h.seen[s.Knob] = verifySeen{value: s.Value, stream: a.stream, text: text, line: ln.Num}
 	}
@@ -93,6 +100,13 @@ func (h *verifyHook) settle(o *outcome) (int, action) {
 		}
 		same, comparable := settings.Compare(w.set, s.value)
 		if !comparable {
+			continue
+		}
+		if wasOld, _ := settings.Compare(w.old, s.value); !same && !wasOld {
+			// Neither the value set nor the one before: more likely another
+			// setting under the same key than the job's own choice.
+			h.l.job.Status.Printf("attempt %d: %s: line %d says %s, neither %s as set nor %s as before: not taken as evidence either way (%q)",
+				o.n, w.knob, s.line, s.value, w.set, w.old, s.text)
 			continue
 		}
 		h.l.job.RunDir.Write(record.Verify{Attempt: o.n, Knob: w.knob, Set: w.set, Used: s.value, Held: same,
@@ -145,7 +159,7 @@ func (h *verifyHook) decided(o *outcome, d policy.Decision, _ string) {
 	var want []verifyWant
 	if d.FromScratch {
 		for _, u := range h.unapplied {
-			want = append(want, verifyWant{knob: u.Knob, set: u.Set})
+			want = append(want, verifyWant{knob: u.Knob, set: u.Set, old: u.Used})
 		}
 	}
 	for _, c := range d.Changes {
@@ -156,7 +170,7 @@ func (h *verifyHook) decided(o *outcome, d policy.Decision, _ string) {
 		if !ok {
 			continue
 		}
-		want = append(want, verifyWant{knob: c.Knob, set: v.String()})
+		want = append(want, verifyWant{knob: c.Knob, set: v.String(), old: c.Old})
 	}
 	h.attempt, h.want, h.reader, h.seen = o.n+1, want, nil, map[string]verifySeen{}
 	if len(want) == 0 {

@@ -149,13 +149,16 @@ func TestVerifyDropCheckpoint(t *testing.T) {
 func TestVerifyNothingToRead(t *testing.T) {
 	lt := verifyLoop(t, verifyPolicy,
 		fakeOutput{out: []string{"Namespace(batch_size=32)", oomLine}, code: 1, ckpt: "ckpt/step_10.pt"},
-		fakeOutput{out: []string{"batch size: see the config", "saved to runs/batch_size=32/x.pt", "val_batch_size=32", "trained"}, code: 0})
+		fakeOutput{out: []string{"batch size: see the config", "saved to runs/batch_size=32/x.pt", "val_batch_size=32", "batch_size=24", "trained"}, code: 0})
 	if code := lt.attempts(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
 	}
 	if s := lt.stderr.String(); strings.Contains(s, "confirmed") || strings.Contains(s, "did not take hold") {
 		t.Errorf("judged from nothing:\n%s", s)
 	}
+	// A value neither set nor the old one is said, and is no evidence.
+	wantContains(t, "stderr", lt.stderr.String(),
+		`attempt 2: batch_size: line 4 says 24, neither 16 as set nor 32 as before: not taken as evidence either way ("batch_size=24")`)
 	if evs := verifyEvents(t, lt); len(evs) != 0 {
 		t.Errorf("journal: %+v", evs)
 	}
