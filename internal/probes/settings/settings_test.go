@@ -3,6 +3,7 @@ package settings
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -146,4 +147,20 @@ func BenchmarkAppend(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Whatever the line, a value read is non-empty text of the line, at the
+// place the key was found.
+func FuzzAppend(f *testing.F) {
+	for _, s := range []string{"Namespace(batch_size=16)", "batch size per device = 32", "x_batch_size:", "batch_size='", "BATCH SIZE:  \"1\"", "batch_size=16/"} {
+		f.Add(s)
+	}
+	r := New(knobs)
+	f.Fuzz(func(t *testing.T, line string) {
+		for _, s := range r.Append(nil, []byte(line)) {
+			if s.Value == "" || !strings.Contains(line, s.Value) || s.Col < 0 || s.Col >= len(line) {
+				t.Errorf("%q: %+v", line, s)
+			}
+		}
+	})
 }
