@@ -54,6 +54,9 @@ type Outcome struct {
 	// SlurmMem is the Slurm job's memory request (nil outside Slurm, or
 	// when the job has none): raise_slurm_mem raises it.
 	SlurmMem *SlurmMem
+	// Unapplied: changes of the last relaunch that the attempt did not run
+	// with (verify.go); the attempt is then no evidence about them.
+	Unapplied []Unapplied
 	// Rand is a uniform random number in [0,1) for the backoff's jitter.
 	// The supervisor draws it; the policy reads no randomness of its own.
 	Rand float64
@@ -164,7 +167,11 @@ type Decision struct {
 	// Rejected: GiveUp because the job refused this knob, which the last
 	// relaunch changed (the Reason says where the policy defines it).
 	Rejected string `json:"rejected,omitempty"`
-	State    State  `json:"state"` // the state after this decision
+	// FromScratch: Relaunch without a checkpoint, with the same values: the
+	// last change did not take hold, the checkpoint pinned the old value
+	// (verify.go; Note says which).
+	FromScratch bool  `json:"from_scratch,omitempty"`
+	State       State `json:"state"` // the state after this decision
 }
 
 // Describe is the decision in one line for people, e.g.
@@ -174,6 +181,13 @@ func (d Decision) Describe() string {
 	switch d.Verb {
 	case Relaunch:
 		var b strings.Builder
+		if d.FromScratch {
+			b.WriteString(d.Note)
+			if d.Backoff > 0 {
+				fmt.Fprintf(&b, "; relaunching in %s", d.Backoff.Round(100*time.Millisecond))
+			}
+			return b.String()
+		}
 		fmt.Fprintf(&b, "rule %s step %d: %s", d.Rule, d.Step, describeChanges(d.Changes))
 		for _, c := range d.Changes {
 			if c.Note != "" {
@@ -272,6 +286,9 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 		return d
 	}
 
+	if len(out.Unapplied) > 0 {
+		return p.unappliedDecision(st, out, kind, what, d)
+	}
 	out.seen = st.Seen
 	if s, ok := p.fitSeen(st.Values, &out); ok {
 		st.Seen = append(st.Seen, s)
@@ -289,7 +306,7 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 		matched++
 		rs := st.Rules[r.name]
 		start := rs.Step
-		if why, ok := notTheCause(st.Last, r.name, rs.Step, kind, out); ok {
+		if why, ok := notTheCause(st.Last, r.name, rs.Step, kind, out); ok && !out.unappliedKnob(st.Last) {
 			// The step the last relaunch took did not move the failure:
 			// repeating it (halving to its floor) would waste relaunches.
 			// The rule moves on for good.

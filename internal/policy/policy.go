@@ -44,6 +44,7 @@ type Policy struct {
 	memo        bool
 	hang        *Hang  // nil: no hang: section, no stall watchdog
 	exitCodes   string // exit_codes: "", "job" or "scheduler"
+	unapplied   string // verify.unapplied: "" (give_up) or a mode (verify.go)
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

@@ -242,6 +242,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		if l.memoOn() {
 			hs.add(memoHook{l})
 		}
+		hs.add(newVerifyHook(l))
 	}
 	hs.add(&rejectionHook{})
 	hs.add(&oomGraceHook{l: l})
@@ -405,7 +406,7 @@ func (l *loop) decideAndWait(o *outcome) (code int, next bool) {
 	o.row.decision = decisionLabel(d)
 	l.rows = append(l.rows, o.row)
 	ckpt := ""
-	if d.Verb == policy.Relaunch && !o.terminated {
+	if d.Verb == policy.Relaunch && !o.terminated && !d.FromScratch {
 		ckpt = l.latestCheckpoint(true)
 	}
 	l.journalDecision(n, d, ckpt)
@@ -423,7 +424,7 @@ func (l *loop) decideAndWait(o *outcome) (code int, next bool) {
 	line := fmt.Sprintf("%s%s → %s", o.prefix, describeFailure(n, v), d.Describe())
 	if ckpt != "" {
 		line += "; resuming from " + displayPath(ckpt, l.wd)
-	} else if l.spec.Pass != "" {
+	} else if l.spec.Pass != "" && !d.FromScratch {
 		line += "; no checkpoint yet, starting over"
 	}
 	l.job.Status.Printf("%s", line)

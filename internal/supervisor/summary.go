@@ -62,6 +62,9 @@ func isMemory(k classify.Kind) bool {
 }
 
 func decisionLabel(d policy.Decision) string {
+	if d.FromScratch {
+		return "again without the checkpoint"
+	}
 	switch d.Verb {
 	case policy.Relaunch:
 		s := fmt.Sprintf("%s step %d", d.Rule, d.Step)

@@ -19,6 +19,7 @@ var Types = []Event{
 	AttemptStart{}, AttemptStartFailed{}, AttemptEnd{}, Error{},
 	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{}, Hang{},
 	GroupJoin{}, GroupStop{}, GroupDecision{}, GroupLost{},
+	Verify{},
 }
 
 // RunStart is the first event of a run (and of each --resume-run or Slurm
