@@ -61,7 +61,7 @@ type ckptEvidence struct {
 	failed []checkpoint.FailedLoad
 	// fellBack: attempts in a row that died loading their checkpoint.
 	fellBack int
-	// said: the passed-over lines said since the last attempt ended; passed:
+	// said: the checkpoints said passed over since the last attempt ended; passed:
 	// how many the last choice passed over.
 	said   map[string]bool
 	passed int
@@ -139,7 +139,7 @@ func (l *loop) sayPassed(sel checkpoint.Selection) {
 	l.ck.passed = len(sel.Passed)
 	var say []string
 	for _, p := range sel.Passed {
-		key := p.Path + "\x00" + p.Reason
+		key := p.Path
 		if l.ck.said[key] {
 			continue
 		}
