@@ -24,8 +24,11 @@ type Output struct {
 	// load: the last traceback was raised while loading a checkpoint, and
 	// no output since shows the job went on.
 	load    *LoadFailure
-	lastTB  bool // the last line belonged to a traceback
 	pending bool // a frame's code line comes next
+	// chained: the last traceback loaded a checkpoint, and Python said
+	// another exception followed from it ("During handling of the above
+	// exception", "The above exception was the direct cause").
+	chained *LoadFailure
 }
 
 type savedAt struct {
@@ -88,6 +91,10 @@ func (o *Output) Line(text []byte) {
 	if o.tracebackLine(s) {
 		return
 	}
+	if strings.HasPrefix(s, "During handling of the above exception") || strings.HasPrefix(s, "The above exception was the direct cause") {
+		o.chained = o.load
+		return
+	}
 	if o.load != nil && wentOnRE.MatchString(s) {
 		o.load = nil // the job went on after it: it did not die loading
 	}
@@ -95,7 +102,13 @@ func (o *Output) Line(text []byte) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(o.wd, p)
 		}
-		o.saves = append(o.saves, savedAt{path: filepath.Clean(p), line: strings.TrimSpace(s)})
+		p = filepath.Clean(p)
+		for i := range o.saves { // the save of another one: the earlier saves were over
+			if o.saves[i].wentOn == "" && o.saves[i].path != p {
+				o.saves[i].wentOn = strings.TrimSpace(s)
+			}
+		}
+		o.saves = append(o.saves, savedAt{path: p, line: strings.TrimSpace(s)})
 		return
 	}
 	if strings.TrimSpace(s) == "" || SavingLine(t) || bytes.Contains(bytes.ToLower(t), []byte("saved")) {
@@ -137,16 +150,21 @@ func (o *Output) tracebackLine(s string) bool {
 	}
 	o.inTB = false
 	exc := strings.TrimSpace(s)
+	chained := o.chained
+	o.chained = nil
 	if memoryErrorRE.MatchString(exc) {
 		o.load = nil
 		return true
 	}
 	where := o.loadingFrame()
-	if where == "" && !loadErrorRE.MatchString(exc) {
+	switch {
+	case where != "" || loadErrorRE.MatchString(exc):
+		o.load = &LoadFailure{Exception: exc, Frame: where}
+	case chained != nil: // raised while handling a failed load
+		o.load = &LoadFailure{Exception: exc, Frame: chained.Frame}
+	default:
 		o.load = nil
-		return true
 	}
-	o.load = &LoadFailure{Exception: exc, Frame: where}
 	return true
 }
 
