@@ -67,6 +67,16 @@ type ckptEvidence struct {
 	passed int
 }
 
+// writersGoneAt is when the attempt's last process ended, given that none
+// survived: the main child's exit when it left no descendants behind
+// (those gpuguard stopped ended later, by now).
+func writersGoneAt(res attemptResult, now time.Time) time.Time {
+	if res.Leftovers == 0 && !res.End.IsZero() && res.End.Before(now) {
+		return res.End
+	}
+	return now
+}
+
 // maxFallbacks bounds the relaunches in a row that fall back from a
 // checkpoint the job died loading: past it, the failure goes to the policy
 // (every checkpoint failing to load is the job's problem, not theirs).

@@ -354,7 +354,7 @@ func (l *loop) outcomeOf(at attemptStart, row attemptRow, v classify.Verdict, re
 		peaks: row.peaks(), starts: row.starts(), rejections: row.rejections, block: row.block}
 	l.writersGone = time.Time{}
 	if res.Survivors == 0 {
-		l.writersGone = l.now()
+		l.writersGone = writersGoneAt(res, l.now())
 	}
 	if o.sig, o.terminated = l.job.Signals.Terminated(); o.terminated {
 		o.row.stoppedBy = o.sig
