@@ -220,10 +220,11 @@ func (l *loop) latestCheckpoint(wait bool) string {
 			l.ckpts.MarkPlaced(all)
 		}
 		candidates = append(candidates, all...)
+		rule := l.resumeRule()
 		l.ck.mu.Lock()
-		checkpoint.Annotate(candidates, l.ck.out)
+		checkpoint.Annotate(rule, candidates, l.ck.out)
 		l.ck.mu.Unlock()
-		sel := checkpoint.Select(l.resumeRule(), candidates)
+		sel := checkpoint.Select(rule, candidates)
 		if !sel.Pending || !wait || time.Now().After(deadline) {
 			l.sayPassed(sel)
 			if sel.Found {

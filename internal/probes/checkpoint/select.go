@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -209,11 +210,18 @@ func failedLoad(r Resume, c Checkpoint) bool {
 }
 
 func sortPassed(choose string, ps []Passed) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && Better(choose, withComplete(ps[j].Checkpoint), withComplete(ps[j-1].Checkpoint)); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
+	slices.SortStableFunc(ps, func(a, b Passed) int { return rank(choose, a.Checkpoint, b.Checkpoint) })
+}
+
+// rank orders a before b when it would be chosen first, were both complete.
+func rank(choose string, a, b Checkpoint) int {
+	switch {
+	case Better(choose, withComplete(a), withComplete(b)):
+		return -1
+	case Better(choose, withComplete(b), withComplete(a)):
+		return 1
 	}
+	return 0
 }
 
 func withComplete(c Checkpoint) Checkpoint {
@@ -221,23 +229,40 @@ func withComplete(c Checkpoint) Checkpoint {
 	return c
 }
 
-// Annotate reads each candidate's structure (CheckStructure) and, with out,
-// whether the job printed its save and went on. It only reads.
-func Annotate(cs []Checkpoint, out *Output) {
-	memo := map[string]int{}
-	for i := range cs {
-		if j, ok := memo[cs[i].Path]; ok {
-			cs[i].Structure, cs[i].StructureWhy, cs[i].SavedWentOn = cs[j].Structure, cs[j].StructureWhy, cs[j].SavedWentOn
+// Annotate reads the structure (CheckStructure) of candidates and, with
+// out, whether the job printed its save and went on: in r.Choose's order,
+// up to the first that Select would take under r, since nothing ranked
+// below it is chosen or named. Each path is read once. It only reads.
+func Annotate(r Resume, cs []Checkpoint, out *Output) {
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rank(r.Choose, cs[a], cs[b]) })
+	done := map[string]Checkpoint{}
+	for _, i := range order {
+		c := &cs[i]
+		if d, ok := done[c.Path]; ok {
+			c.Structure, c.StructureWhy, c.SavedWentOn = d.Structure, d.StructureWhy, d.SavedWentOn
 			continue
 		}
-		memo[cs[i].Path] = i
-		if cs[i].Size > 0 {
-			cs[i].Structure, cs[i].StructureWhy = CheckStructure(cs[i].Path)
+		if c.Size > 0 {
+			c.Structure, c.StructureWhy = CheckStructure(c.Path)
 		}
 		if out != nil {
-			if save, next, ok := out.SavedAndWentOn(cs[i].Path); ok {
-				cs[i].SavedWentOn = fmt.Sprintf("the job printed %q and went on (%q)", clip(save), clip(next))
+			if save, next, ok := out.SavedAndWentOn(c.Path); ok {
+				c.SavedWentOn = fmt.Sprintf("the job printed %q and went on (%q)", clip(save), clip(next))
 			}
+		}
+		done[c.Path] = *c
+		if ok, _ := r.Judge(*c); ok && r.OfThisRun(*c) {
+			// Copies of this path further down get the same marks.
+			for _, k := range order {
+				if cs[k].Path == c.Path {
+					cs[k].Structure, cs[k].StructureWhy, cs[k].SavedWentOn = c.Structure, c.StructureWhy, c.SavedWentOn
+				}
+			}
+			return
 		}
 	}
 }

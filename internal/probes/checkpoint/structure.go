@@ -129,10 +129,19 @@ func checkFile(path string, size int64) (Structure, string) {
 // points to lies inside the file and starts with its signature.
 func checkZip(f *os.File, size int64) (Structure, string) {
 	const eocdLen, maxComment = 22, 65535
-	tailLen := min(size, eocdLen+maxComment)
+	// Most archives have no comment: the record is the last 22 bytes. Read
+	// the longest tail only when it is not.
+	tailLen := min(size, eocdLen)
 	tail := make([]byte, tailLen)
 	if _, err := f.ReadAt(tail, size-tailLen); err != nil && err != io.EOF {
 		return StructureUnknown, err.Error()
+	}
+	if tailLen < eocdLen || string(tail[:4]) != "PK\x05\x06" || binary.LittleEndian.Uint16(tail[20:]) != 0 {
+		tailLen = min(size, eocdLen+maxComment)
+		tail = make([]byte, tailLen)
+		if _, err := f.ReadAt(tail, size-tailLen); err != nil && err != io.EOF {
+			return StructureUnknown, err.Error()
+		}
 	}
 	at := -1
 	for i := len(tail) - eocdLen; i >= 0; i-- {

@@ -137,7 +137,7 @@ func TestSlowWriterIsPassedOverUntilWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		Annotate(all, nil)
+		Annotate(Resume{Choose: "highest_step", WritersGone: time.Now()}, all, nil)
 		return Select(Resume{Choose: "highest_step", WritersGone: time.Now()}, all)
 	}
 	for off := 0; off < len(data); off += 1000 {
@@ -172,7 +172,7 @@ func TestRenamingWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		all, _ := Scan(dir, spec, time.Now())
-		Annotate(all, nil)
+		Annotate(Resume{Choose: "highest_step", WritersGone: time.Now()}, all, nil)
 		s := Select(Resume{Choose: "highest_step", WritersGone: time.Now()}, all)
 		if !s.Found || s.Best.Path != final || len(s.Passed) != 0 {
 			t.Fatalf("after step %d: %+v", step, s)
@@ -186,5 +186,32 @@ func BenchmarkCheckStructureZip(b *testing.B) {
 	os.WriteFile(path, torchLikeZip(b, ""), 0o644)
 	for b.Loop() {
 		CheckStructure(path)
+	}
+}
+
+// Annotate reads down the choice's order and stops at the first checkpoint
+// it would take: one ranked below it, cut short or not, is not read.
+func TestAnnotateStopsAtTheChoice(t *testing.T) {
+	dir := t.TempDir()
+	data := torchLikeZip(t, "")
+	write(t, filepath.Join(dir, "step_1.pt"), data[:100]) // cut, but older
+	write(t, filepath.Join(dir, "step_2.pt"), data)
+	write(t, filepath.Join(dir, "step_3.pt"), data[:200]) // cut, the newest
+	r := Resume{Choose: "highest_step", WritersGone: time.Now()}
+	all, _ := Scan(dir, Spec{Globs: []string{"step_*.pt"}}, time.Now())
+	Annotate(r, all, nil)
+	got := map[string]Structure{}
+	for _, c := range all {
+		got[filepath.Base(c.Path)] = c.Structure
+	}
+	want := map[string]Structure{"step_3.pt": StructureTruncated, "step_2.pt": StructureComplete, "step_1.pt": StructureUnknown}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %v, want %v", k, got[k], v)
+		}
+	}
+	s := Select(r, all)
+	if filepath.Base(s.Best.Path) != "step_2.pt" || len(s.Passed) != 1 || filepath.Base(s.Passed[0].Path) != "step_3.pt" {
+		t.Errorf("Select: best %s, passed %+v", s.Best.Path, s.Passed)
 	}
 }
