@@ -124,7 +124,7 @@ func TestSelectEvidence(t *testing.T) {
 	announced := late
 	announced.SavedWentOn = `the job printed "saved checkpoint ckpt/step_200.pt" and went on ("step 201")`
 	cut := late
-	cut.Structure, cut.StructureWhy = StructureTruncated, "zip archive (100 bytes) without its end-of-central-directory record: cut short"
+	cut.Structure, cut.StructureWhy = StructureTruncated, "zip archive (100 bytes) without its end-of-central-directory record"
 	cutQuiet := cut // quiet for long: the quiet rule alone would take it
 	cutQuiet.Complete, cutQuiet.Settling, cutQuiet.ModTime = true, false, t0.Add(2*time.Minute)
 	failed := FailedLoad{Path: "ckpt/step_200.pt", Attempt: 2, At: end.Add(time.Minute), Failure: LoadFailure{Exception: "_pickle.UnpicklingError: invalid load key, '\\x00'.", Frame: "torch.load in train.py"}}

@@ -154,7 +154,7 @@ func checkZip(f *os.File, size int64) (Structure, string) {
 		}
 	}
 	if at < 0 {
-		return StructureTruncated, fmt.Sprintf("zip archive (%d bytes) without its end-of-central-directory record: cut short", size)
+		return StructureTruncated, fmt.Sprintf("zip archive (%d bytes) without its end-of-central-directory record", size)
 	}
 	eocd := size - tailLen + int64(at)
 	cdSize := int64(binary.LittleEndian.Uint32(tail[at+12:]))
@@ -202,7 +202,7 @@ func checkSafetensors(f *os.File, size int64, hlen uint64) (Structure, string) {
 		return StructureUnknown, "not a safetensors file (header length too large)"
 	}
 	if int64(hlen)+8 > size {
-		return StructureTruncated, fmt.Sprintf("safetensors header of %d bytes, the file has %d: cut short", hlen, size)
+		return StructureTruncated, fmt.Sprintf("safetensors header of %d bytes, the file has %d", hlen, size)
 	}
 	hdr := make([]byte, hlen)
 	if _, err := f.ReadAt(hdr, 8); err != nil {
@@ -228,7 +228,7 @@ func checkSafetensors(f *os.File, size int64, hlen uint64) (Structure, string) {
 	want := 8 + int64(hlen) + end
 	switch {
 	case size < want:
-		return StructureTruncated, fmt.Sprintf("safetensors header says %d bytes, the file has %d: cut short", want, size)
+		return StructureTruncated, fmt.Sprintf("safetensors header says %d bytes, the file has %d", want, size)
 	case size > want:
 		return StructureUnknown, fmt.Sprintf("safetensors header says %d bytes, the file has %d", want, size)
 	}
