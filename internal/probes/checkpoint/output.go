@@ -197,7 +197,7 @@ func (o *Output) LoadFailed() (LoadFailure, bool) {
 }
 
 // SavedAndWentOn reports whether the job printed that it saved path (or a
-// file inside it, or the directory holding it as a checkpoint) and then
+// file inside it, or a directory holding it) and then
 // printed something else that is not about saving: the save was over.
 // It returns the two lines.
 func (o *Output) SavedAndWentOn(path string) (save, next string, ok bool) {
@@ -207,7 +207,8 @@ func (o *Output) SavedAndWentOn(path string) (save, next string, ok bool) {
 		if s.wentOn == "" {
 			continue
 		}
-		if s.path == path || strings.HasPrefix(s.path, path+string(filepath.Separator)) {
+		sep := string(filepath.Separator)
+		if s.path == path || strings.HasPrefix(s.path, path+sep) || strings.HasPrefix(path, s.path+sep) {
 			return s.line, s.wentOn, true
 		}
 	}

@@ -122,6 +122,7 @@ saved checkpoint ckpt/step_100.pt`)
 		{"/w/ckpt/step_50.pt", true},
 		{"/w/out/checkpoint-500", true},                                          // the directory the save named
 		{"/abs/lightning_logs/version_0/checkpoints/epoch=0-step=50.ckpt", true}, // went on: the next save line is other output
+		{"/w/out/checkpoint-500/model.safetensors", true},                        // a file of the directory the save named
 		{"/w/ckpt/step_100.pt", false},                                           // the last line: nothing after it
 		{"/w/ckpt/step_75.pt", false},                                            // never announced
 	} {
