@@ -61,8 +61,8 @@ type ckptEvidence struct {
 	failed []checkpoint.FailedLoad
 	// fellBack: attempts in a row that died loading their checkpoint.
 	fellBack int
-	// said: the checkpoints said passed over since the last attempt ended; passed:
-	// how many the last choice passed over.
+	// said: the checkpoints said to be passed over since the last attempt
+	// ended; passed: how many the last choice passed over.
 	said   map[string]bool
 	passed int
 }
@@ -149,14 +149,13 @@ func (l *loop) sayPassed(sel checkpoint.Selection) {
 	l.ck.passed = len(sel.Passed)
 	var say []string
 	for _, p := range sel.Passed {
-		key := p.Path
-		if l.ck.said[key] {
+		if l.ck.said[p.Path] {
 			continue
 		}
 		if l.ck.said == nil {
 			l.ck.said = map[string]bool{}
 		}
-		l.ck.said[key] = true
+		l.ck.said[p.Path] = true
 		say = append(say, fmt.Sprintf("checkpoint %s passed over: %s", displayPath(p.Path, l.wd), p.Reason))
 	}
 	l.ck.mu.Unlock()
