@@ -142,9 +142,13 @@ func (h ckptSaveHook) settle(o *outcome) (int, action) {
 	return 0, relaunch
 }
 
-// sayPassed says, and journals, each checkpoint the choice passed over and
-// why: once per attempt's end.
+// sayPassed says, and journals, each checkpoint the choice passed over,
+// why, and what the relaunch takes instead: once per attempt's end.
 func (l *loop) sayPassed(sel checkpoint.Selection) {
+	then := "; no checkpoint left to fall back to: starting over"
+	if sel.Found {
+		then = "; falling back to " + displayPath(sel.Best.Path, l.wd)
+	}
 	l.ck.mu.Lock()
 	l.ck.passed = len(sel.Passed)
 	var say []string
@@ -156,7 +160,7 @@ func (l *loop) sayPassed(sel checkpoint.Selection) {
 			l.ck.said = map[string]bool{}
 		}
 		l.ck.said[p.Path] = true
-		say = append(say, fmt.Sprintf("checkpoint %s passed over: %s", displayPath(p.Path, l.wd), p.Reason))
+		say = append(say, fmt.Sprintf("checkpoint %s passed over: %s%s", displayPath(p.Path, l.wd), p.Reason, then))
 	}
 	l.ck.mu.Unlock()
 	for _, msg := range say {

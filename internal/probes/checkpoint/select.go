@@ -58,7 +58,7 @@ type FailedLoad struct {
 func (r Resume) Judge(c Checkpoint) (ok bool, why string) {
 	for _, f := range r.FailedLoads {
 		if f.Path == c.Path && !c.ModTime.After(f.At) {
-			return false, fmt.Sprintf("attempt %d died loading it (%s); falling back to the one before it", f.Attempt, f.Failure)
+			return false, fmt.Sprintf("attempt %d died loading it (%s)", f.Attempt, f.Failure)
 		}
 	}
 	if c.Structure == StructureTruncated {
