@@ -18,6 +18,8 @@ import (
 type Output struct {
 	wd    string
 	saves []savedAt
+	// waiting: saves not yet followed by other output.
+	waiting int
 	// The traceback being read: its frames so far; inTB while one is open.
 	inTB   bool
 	frames []frame
@@ -86,7 +88,17 @@ func (o *Output) Line(text []byte) {
 	if len(text) > 4096 {
 		text = text[:4096]
 	}
-	t := rankPrefixRE.ReplaceAll(bytes.TrimRight(text, "\r"), nil)
+	t := bytes.TrimRight(text, "\r")
+	if len(t) > 0 && t[0] == '[' {
+		t = rankPrefixRE.ReplaceAll(t, nil)
+	}
+	// The common line (a step, a progress bar) needs none of the checks
+	// below but the save's: a fast path without allocating.
+	if !o.inTB && o.load == nil && o.waiting == 0 && !bytes.HasPrefix(t, tracebackStart) && !bytes.HasPrefix(t, []byte("During ")) && !bytes.HasPrefix(t, []byte("The above")) {
+		if _, ok := SavedPath(t); !ok {
+			return
+		}
+	}
 	s := string(t)
 	if o.tracebackLine(s) {
 		return
@@ -105,27 +117,44 @@ func (o *Output) Line(text []byte) {
 		p = filepath.Clean(p)
 		for i := range o.saves { // the save of another one: the earlier saves were over
 			if o.saves[i].wentOn == "" && o.saves[i].path != p {
-				o.saves[i].wentOn = strings.TrimSpace(s)
+				o.wentOn(i, s)
 			}
 		}
 		o.saves = append(o.saves, savedAt{path: p, line: strings.TrimSpace(s)})
+		o.waiting++
+		if len(o.saves) > maxSaves { // keep the latest
+			if o.saves[0].wentOn == "" {
+				o.waiting--
+			}
+			o.saves = o.saves[1:]
+		}
 		return
 	}
-	if strings.TrimSpace(s) == "" || SavingLine(t) || bytes.Contains(bytes.ToLower(t), []byte("saved")) {
+	if o.waiting == 0 || strings.TrimSpace(s) == "" || SavingLine(t) || bytes.Contains(bytes.ToLower(t), []byte("saved")) {
 		return
 	}
 	for i := range o.saves {
 		if o.saves[i].wentOn == "" {
-			o.saves[i].wentOn = strings.TrimSpace(s)
+			o.wentOn(i, s)
 		}
 	}
+}
+
+// maxSaves bounds the save lines remembered (a long run saves thousands).
+const maxSaves = 256
+
+var tracebackStart = []byte("Traceback (most recent call last):")
+
+func (o *Output) wentOn(i int, s string) {
+	o.saves[i].wentOn = strings.TrimSpace(s)
+	o.waiting--
 }
 
 // tracebackLine reads s as part of a Python traceback, and reports whether
 // it was one.
 func (o *Output) tracebackLine(s string) bool {
 	switch {
-	case strings.HasPrefix(s, "Traceback (most recent call last):"):
+	case strings.HasPrefix(s, string(tracebackStart)):
 		o.inTB, o.frames, o.pending = true, o.frames[:0], false
 		return true
 	case !o.inTB:

@@ -135,3 +135,14 @@ saved checkpoint ckpt/step_100.pt`)
 		t.Errorf("HF save went on at %q; want the loss line (the 'saved in' lines are still the save)", next)
 	}
 }
+
+// The line reader's cost on the common line (a step), beside the job's
+// output: go test -run '^$' -bench Output ./internal/probes/checkpoint/
+func BenchmarkOutputStepLine(b *testing.B) {
+	o := NewOutput("/w")
+	line := []byte("Epoch: [3]  [ 120/5005]  eta: 0:41:30  lr: 0.1  img/s: 812.3  loss: 4.1273 (4.2351)  acc1: 12.5000 (10.9756)")
+	b.ReportAllocs()
+	for b.Loop() {
+		o.Line(line)
+	}
+}
