@@ -163,13 +163,17 @@ func (l *loop) sayPassed(sel checkpoint.Selection) {
 		say = append(say, fmt.Sprintf("checkpoint %s passed over: %s%s", displayPath(p.Path, l.wd), p.Reason, then))
 	}
 	l.ck.mu.Unlock()
+	ended := l.state.Attempt // the attempt after whose end the choice is made
+	if len(l.rows) > 0 {
+		ended = l.rows[len(l.rows)-1].n
+	}
 	for _, msg := range say {
 		if l.job == nil { // a dry run
 			l.status.Printf("%s", msg)
 			continue
 		}
 		l.job.Status.Printf("%s", msg)
-		l.job.RunDir.Write(record.Warning{Attempt: l.state.Attempt, Kind: record.WarningKind("checkpoint_passed_over"), Message: msg})
+		l.job.RunDir.Write(record.Warning{Attempt: ended, Kind: record.WarningKind("checkpoint_passed_over"), Message: msg})
 	}
 }
 
