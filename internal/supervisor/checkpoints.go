@@ -1,12 +1,16 @@
 package supervisor
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // The resume choice: which checkpoint a relaunch continues from. The choice
@@ -42,7 +46,149 @@ func (l *loop) startWatcher() {
 
 // resumeRule is which checkpoints this run may resume from.
 func (l *loop) resumeRule() checkpoint.Resume {
-	return checkpoint.Resume{Choose: l.spec.Choose, Since: l.state.Started, EarlierRuns: l.spec.EarlierRuns, WritersGone: l.writersGone}
+	l.ck.mu.Lock()
+	failed := append([]checkpoint.FailedLoad(nil), l.ck.failed...)
+	l.ck.mu.Unlock()
+	return checkpoint.Resume{Choose: l.spec.Choose, Since: l.state.Started, EarlierRuns: l.spec.EarlierRuns, WritersGone: l.writersGone,
+		FailedLoads: failed}
+}
+
+// ckptEvidence is what the attempts' output said about their checkpoints,
+// and what the last choice passed over.
+type ckptEvidence struct {
+	mu     sync.Mutex
+	out    *checkpoint.Output // the last attempt's output, read by the line hook
+	failed []checkpoint.FailedLoad
+	// fellBack: attempts in a row that died loading their checkpoint.
+	fellBack int
+	// said: the checkpoints said to be passed over since the last attempt
+	// ended; passed: how many the last choice passed over.
+	said   map[string]bool
+	passed int
+}
+
+// writersGoneAt is when the attempt's last process ended, given that none
+// survived: the main child's exit when it left no descendants behind
+// (those gpuguard stopped ended later, by now).
+func writersGoneAt(res attemptResult, now time.Time) time.Time {
+	if res.Leftovers == 0 && !res.End.IsZero() && res.End.Before(now) {
+		return res.End
+	}
+	return now
+}
+
+// maxFallbacks bounds the relaunches in a row that fall back from a
+// checkpoint the job died loading: past it, the failure goes to the policy
+// (every checkpoint failing to load is the job's problem, not theirs).
+const maxFallbacks = 3
+
+// attemptStarting starts reading the attempt's output afresh.
+func (h ckptSaveHook) attemptStarting(a *attemptRun) {
+	l := h.l
+	l.ck.mu.Lock()
+	defer l.ck.mu.Unlock()
+	l.ck.out = checkpoint.NewOutput(l.wd)
+	l.ck.said = nil
+}
+
+// stopped: the attempt, given a checkpoint, died while loading it (the last
+// traceback's frames load a checkpoint, and nothing after it shows the job
+// went on). The checkpoint is passed over from now on, unless the job
+// writes it again; the settle stage relaunches from the one before it.
+func (h ckptSaveHook) stopped(a *attemptRun) {
+	l := h.l
+	if a.plan.ckpt == "" || (a.exit.Code == 0 && a.exit.Signal == 0) || a.exit.StoppedByUs {
+		return
+	}
+	l.ck.mu.Lock()
+	var f checkpoint.LoadFailure
+	ok := false
+	if l.ck.out != nil {
+		f, ok = l.ck.out.LoadFailed()
+	}
+	if ok {
+		l.ck.failed = append(l.ck.failed, checkpoint.FailedLoad{Path: filepath.Clean(a.plan.ckpt), Attempt: a.n, At: time.Now(), Failure: f})
+		l.ck.fellBack++
+	} else {
+		l.ck.fellBack = 0
+	}
+	l.ck.mu.Unlock()
+	if !ok {
+		return
+	}
+	msg := fmt.Sprintf("attempt %d died while loading its checkpoint %s: %s", a.n, displayPath(a.plan.ckpt, l.wd), f)
+	l.job.Status.Printf("%s", msg)
+	l.job.RunDir.Write(record.Warning{Attempt: a.n, Kind: record.WarningKind("checkpoint_load_failed"), Message: msg})
+}
+
+// settle relaunches at once after an attempt died loading its checkpoint:
+// the knobs are not the cause, the checkpoint is, and the next attempt
+// falls back to the one before it (latestCheckpoint says so).
+func (h ckptSaveHook) settle(o *outcome) (int, action) {
+	l := h.l
+	l.ck.mu.Lock()
+	n := l.ck.fellBack
+	justFailed := len(l.ck.failed) > 0 && l.ck.failed[len(l.ck.failed)-1].Attempt == o.n
+	l.ck.mu.Unlock()
+	if !justFailed || o.terminated || o.res.Code == 0 || o.groupFailed {
+		return 0, goOn
+	}
+	if n > maxFallbacks {
+		l.job.Status.Printf("attempt %d: %d attempts in a row died loading their checkpoint; not falling back further", o.n, n)
+		return 0, goOn
+	}
+	o.row.decision = "fall back to the previous checkpoint"
+	l.rows = append(l.rows, o.row)
+	return 0, relaunch
+}
+
+// sayPassed says, and journals, each checkpoint the choice passed over,
+// why, and what the relaunch takes instead: once per attempt's end.
+func (l *loop) sayPassed(sel checkpoint.Selection) {
+	then := "; no checkpoint left to fall back to: starting over"
+	if sel.Found {
+		then = "; falling back to " + displayPath(sel.Best.Path, l.wd)
+	}
+	l.ck.mu.Lock()
+	l.ck.passed = len(sel.Passed)
+	var say []string
+	for _, p := range sel.Passed {
+		if l.ck.said[p.Path] {
+			continue
+		}
+		if l.ck.said == nil {
+			l.ck.said = map[string]bool{}
+		}
+		l.ck.said[p.Path] = true
+		say = append(say, fmt.Sprintf("checkpoint %s passed over: %s%s", displayPath(p.Path, l.wd), p.Reason, then))
+	}
+	l.ck.mu.Unlock()
+	ended := l.state.Attempt // the attempt after whose end the choice is made
+	if len(l.rows) > 0 {
+		ended = l.rows[len(l.rows)-1].n
+	}
+	for _, msg := range say {
+		if l.job == nil { // a dry run
+			l.status.Printf("%s", msg)
+			continue
+		}
+		l.job.Status.Printf("%s", msg)
+		l.job.RunDir.Write(record.Warning{Attempt: ended, Kind: record.WarningKind("checkpoint_passed_over"), Message: msg})
+	}
+}
+
+// noCheckpoint says why a relaunch starts over: no checkpoint yet, or
+// none usable (the ones passed over were named before).
+func (l *loop) noCheckpoint() string {
+	l.ck.mu.Lock()
+	defer l.ck.mu.Unlock()
+	switch l.ck.passed {
+	case 0:
+		return "no checkpoint yet"
+	case 1:
+		return "no usable checkpoint (1 passed over)"
+	}
+	return fmt.Sprintf("no usable checkpoint (%d passed over)", l.ck.passed)
 }
 
 // latestCheckpoint is the checkpoint to resume from, or "": the best of what
@@ -80,8 +226,14 @@ func (l *loop) latestCheckpoint(wait bool) string {
 		if l.ckpts != nil && !l.writersGone.IsZero() {
 			l.ckpts.MarkPlaced(all)
 		}
-		sel := checkpoint.Select(l.resumeRule(), append(candidates, all...))
+		candidates = append(candidates, all...)
+		rule := l.resumeRule()
+		l.ck.mu.Lock()
+		checkpoint.Annotate(rule, candidates, l.ck.out)
+		l.ck.mu.Unlock()
+		sel := checkpoint.Select(rule, candidates)
 		if !sel.Pending || !wait || time.Now().After(deadline) {
+			l.sayPassed(sel)
 			if sel.Found {
 				return sel.Best.Path
 			}

@@ -128,4 +128,11 @@ func UnmatchedGlobWarning(globs []string) string {
 // glob of the policy looks (checkSaved).
 type ckptSaveHook struct{ l *loop }
 
-func (h ckptSaveHook) line(_ *attemptRun, ln lines.Line) { h.l.checkSaved(ln.Text) }
+func (h ckptSaveHook) line(_ *attemptRun, ln lines.Line) {
+	h.l.checkSaved(ln.Text)
+	h.l.ck.mu.Lock()
+	if h.l.ck.out != nil {
+		h.l.ck.out.Line(ln.Text)
+	}
+	h.l.ck.mu.Unlock()
+}

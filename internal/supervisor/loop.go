@@ -55,6 +55,7 @@ type loop struct {
 	rows []attemptRow
 	// ignoredOld: a checkpoint of an earlier run was passed over (said once).
 	ignoredOld bool
+	ck         ckptEvidence // what the output said of checkpoints (checkpoints.go)
 	// unmatchedSaid: the job saved a checkpoint that no glob matches, and
 	// the user was told (once per run; checkSaved, on the scanner goroutine).
 	unmatchedSaid atomic.Bool
@@ -360,7 +361,7 @@ func (l *loop) outcomeOf(at attemptStart, row attemptRow, v classify.Verdict, re
 		peaks: row.peaks(), starts: row.starts(), rejections: row.rejections, block: row.block}
 	l.writersGone = time.Time{}
 	if res.Survivors == 0 {
-		l.writersGone = l.now()
+		l.writersGone = writersGoneAt(res, l.now())
 	}
 	if o.sig, o.terminated = l.job.Signals.Terminated(); o.terminated {
 		o.row.stoppedBy = o.sig
@@ -425,7 +426,7 @@ func (l *loop) decideAndWait(o *outcome) (code int, next bool) {
 	if ckpt != "" {
 		line += "; resuming from " + displayPath(ckpt, l.wd)
 	} else if l.spec.Pass != "" && !d.FromScratch {
-		line += "; no checkpoint yet, starting over"
+		line += "; " + l.noCheckpoint() + ", starting over"
 	}
 	l.job.Status.Printf("%s", line)
 	if err := l.saveState(); err != nil {

@@ -30,7 +30,7 @@ checkpoints:
   pass: {flag: --resume}
 `
 
-const oomLine = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 15.77 GiB of which 1.00 GiB is free."
+const verifyOOMLine = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 15.77 GiB of which 1.00 GiB is free."
 
 // fakeOutput is an attempt that prints out (one line each, on stdout) and
 // exits with code, run through the loop's own runOne: the hooks see its
@@ -74,9 +74,9 @@ func verifyLoop(t *testing.T, policy string, attempts ...fakeOutput) *loopTest {
 // is no evidence against the batch; by default the run gives up saying so.
 func TestVerifyUnappliedGivesUp(t *testing.T) {
 	lt := verifyLoop(t, verifyPolicy,
-		fakeOutput{out: []string{"Namespace(batch_size=32, workers=4)", "step 10 loss 2.0", oomLine}, code: 1, ckpt: "ckpt/step_10.pt"},
+		fakeOutput{out: []string{"Namespace(batch_size=32, workers=4)", "step 10 loss 2.0", verifyOOMLine}, code: 1, ckpt: "ckpt/step_10.pt"},
 		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "Restoring train_batch_size=32 from the checkpoint",
-			"  Instantaneous batch size per device = 32", oomLine}, code: 1})
+			"  Instantaneous batch size per device = 32", verifyOOMLine}, code: 1})
 	if code := lt.attempts(); code != 1 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
 	}
@@ -99,9 +99,9 @@ func TestVerifyUnappliedGivesUp(t *testing.T) {
 // confirmed.
 func TestVerifyDropCheckpoint(t *testing.T) {
 	lt := verifyLoop(t, verifyPolicy+"verify: {unapplied: drop_checkpoint}\n",
-		fakeOutput{out: []string{"step 10 loss 2.0", oomLine}, code: 1, ckpt: "ckpt/step_10.pt"},
+		fakeOutput{out: []string{"step 10 loss 2.0", verifyOOMLine}, code: 1, ckpt: "ckpt/step_10.pt"},
 		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "Restoring train_batch_size=32 from the checkpoint",
-			"  Instantaneous batch size per device = 32", oomLine}, code: 1},
+			"  Instantaneous batch size per device = 32", verifyOOMLine}, code: 1},
 		fakeOutput{out: []string{"Namespace(batch_size=16, workers=4)", "  Instantaneous batch size per device = 16", "trained"}, code: 0})
 	if code := lt.attempts(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())
@@ -148,7 +148,7 @@ func TestVerifyDropCheckpoint(t *testing.T) {
 // value of it, is not judged; the first attempt is never checked.
 func TestVerifyNothingToRead(t *testing.T) {
 	lt := verifyLoop(t, verifyPolicy,
-		fakeOutput{out: []string{"Namespace(batch_size=32)", oomLine}, code: 1, ckpt: "ckpt/step_10.pt"},
+		fakeOutput{out: []string{"Namespace(batch_size=32)", verifyOOMLine}, code: 1, ckpt: "ckpt/step_10.pt"},
 		fakeOutput{out: []string{"batch size: see the config", "saved to runs/batch_size=32/x.pt", "val_batch_size=32", "batch_size=24", "trained"}, code: 0})
 	if code := lt.attempts(); code != 0 {
 		t.Fatalf("exit %d\n%s", code, lt.stderr.String())

@@ -88,6 +88,14 @@ type Checkpoint struct {
 	// writers do, or its mode was set, after its content was complete. A
 	// file being written in place has the two equal: each write sets both.
 	MovedAfterWrite bool
+	// Structure: what the file's format says of its end (CheckStructure),
+	// and why; StructureUnknown until Annotate has read it.
+	Structure    Structure
+	StructureWhy string
+	// SavedWentOn: the job printed that it saved this checkpoint and then
+	// printed something else (Output.SavedAndWentOn): the two lines, in
+	// words; "" when it did not.
+	SavedWentOn string
 	// Why says which rule decided Complete, in words: "renamed into place",
 	// "marker trainer_state.json present", "no change for 12s (quiet 10s)",
 	// "last change 3s ago; ...", "empty file", ...

@@ -10,7 +10,8 @@ import (
 // kept beside the watcher that sees the files: the stall watchdog asks
 // whether a save is under way (a save prints no steps, so its longer bound
 // applies), and the checkpoint-glob check asks where a checkpoint was saved
-// (to say when no glob of the policy matches it).
+// (to say when no glob of the policy matches it). Output (output.go) reads
+// the lines in order for the resume choice's evidence.
 
 // savingRE: a line saying that a checkpoint is being saved.
 var savingRE = regexp.MustCompile(`(?i)\b(sav(e|es|ing)|writ(e|es|ing)|serializ(e|es|ing))\b.*\b(checkpoint|ckpt|model|state[_ ]dict|weights)\b|\b(checkpoint|ckpt)\b.*\bsav(e|es|ing)\b`)

@@ -1,8 +1,10 @@
 package checkpoint
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,4 +107,71 @@ func TestScanSeesAMoveAfterTheWrite(t *testing.T) {
 	if !s.Found || filepath.Base(s.Best.Path) != "step_20.pt" {
 		t.Errorf("after the writers ended: %+v, want step_20.pt", s)
 	}
+}
+
+// The resume choice once the job is gone decides from evidence, and names
+// every checkpoint it passes over that would have won, with why.
+func TestSelectEvidence(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	end := t0.Add(10 * time.Minute)
+	step := func(n int64) *int64 { return &n }
+	s100 := Checkpoint{Path: "ckpt/step_100.pt", Step: step(100), ModTime: t0.Add(time.Minute), Size: 100, Complete: true, Why: "renamed into place"}
+	// step_200 was written in place 0.4 s before the end: inside any quiet
+	// period and inside the old fixed 2 s.
+	late := Checkpoint{Path: "ckpt/step_200.pt", Step: step(200), ModTime: end.Add(-400 * time.Millisecond), Size: 100, Settling: true, Why: "last change 0s ago"}
+	whole := late
+	whole.Structure, whole.StructureWhy = StructureComplete, "zip archive with its central directory and end record"
+	announced := late
+	announced.SavedWentOn = `the job printed "saved checkpoint ckpt/step_200.pt" and went on ("step 201")`
+	cut := late
+	cut.Structure, cut.StructureWhy = StructureTruncated, "zip archive (100 bytes) without its end-of-central-directory record"
+	cutQuiet := cut // quiet for long: the quiet rule alone would take it
+	cutQuiet.Complete, cutQuiet.Settling, cutQuiet.ModTime = true, false, t0.Add(2*time.Minute)
+	failed := FailedLoad{Path: "ckpt/step_200.pt", Attempt: 2, At: end.Add(time.Minute), Failure: LoadFailure{Exception: "_pickle.UnpicklingError: invalid load key, '\\x00'.", Frame: "torch.load in train.py"}}
+	rewritten := whole
+	rewritten.ModTime = end.Add(2 * time.Minute)
+	gone := Resume{Choose: "highest_step", Since: t0, WritersGone: end}
+
+	cases := []struct {
+		name   string
+		r      Resume
+		in     []Checkpoint
+		best   string
+		passed string // the one passed over, "" none
+		reason string // how its reason starts
+	}{
+		{"format's end present: taken", gone, []Checkpoint{s100, whole}, "ckpt/step_200.pt", "", ""},
+		{"save printed and went on: taken", gone, []Checkpoint{s100, announced}, "ckpt/step_200.pt", "", ""},
+		{"nothing shows it whole: passed over, said", gone, []Checkpoint{s100, late}, "ckpt/step_100.pt", "ckpt/step_200.pt", "still being written 0.4s before the job died"},
+		{"cut short beats the quiet rule", gone, []Checkpoint{s100, cutQuiet}, "ckpt/step_100.pt", "ckpt/step_200.pt", "cut short: zip archive"},
+		{"cut short, nothing else: none, and said", gone, []Checkpoint{cut}, "", "ckpt/step_200.pt", "cut short"},
+		{"died loading it: the one before", Resume{Choose: "highest_step", Since: t0, WritersGone: end, FailedLoads: []FailedLoad{failed}}, []Checkpoint{s100, whole, whole}, "ckpt/step_100.pt", "ckpt/step_200.pt", "attempt 2 died loading it (_pickle.UnpicklingError"},
+		{"died loading it, written again since: taken", Resume{Choose: "highest_step", Since: t0, WritersGone: end, FailedLoads: []FailedLoad{failed}}, []Checkpoint{s100, rewritten}, "ckpt/step_200.pt", "", ""},
+		{"an older incomplete one is not named", gone, []Checkpoint{late, withStep(s100, 300)}, "ckpt/step_300.pt", "", ""},
+		{"writers alive: a whole format needs no wait", Resume{Choose: "highest_step", Since: t0}, []Checkpoint{s100, whole}, "ckpt/step_200.pt", "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Select(c.r, c.in)
+			best := ""
+			if s.Found {
+				best = s.Best.Path
+			}
+			if best != c.best || s.Pending {
+				t.Fatalf("best %q pending %v; want %q, not pending", best, s.Pending, c.best)
+			}
+			switch {
+			case c.passed == "" && len(s.Passed) != 0:
+				t.Errorf("passed over %+v, want none", s.Passed)
+			case c.passed != "" && (len(s.Passed) != 1 || s.Passed[0].Path != c.passed || !strings.HasPrefix(s.Passed[0].Reason, c.reason)):
+				t.Errorf("passed over %+v; want %s, %q...", s.Passed, c.passed, c.reason)
+			}
+		})
+	}
+}
+
+func withStep(c Checkpoint, n int64) Checkpoint {
+	c.Step = &n
+	c.Path = fmt.Sprintf("ckpt/step_%d.pt", n)
+	return c
 }
