@@ -64,6 +64,7 @@ var layers = map[string]layer{
 	"internal/probes/gpu":        observe,
 	"internal/probes/memory":     observe,
 	"internal/probes/procfs":     observe,
+	"internal/probes/settings":   observe,
 	"internal/probes/slurmenv":   observe,
 	"internal/probes/torchprobe": observe,
 
