@@ -39,7 +39,7 @@ func newExplainCmd(s Streams, runF func(explain.Options) error) *cli.Command {
 			}
 			return runF(explain.Options{
 				Paths: paths, JSON: c.Bool("json"),
-				Stdin: s.In, Stdout: s.Out, Stderr: s.ErrOut,
+				Stdin: s.In, Stdout: s.stdout(), Stderr: s.ErrOut,
 			})
 		},
 	}

@@ -61,7 +61,7 @@ func newPolicyCheckCmd(s Streams, runF func(*policyCheckOptions) error) *cli.Com
 						Msg: "no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: " + strings.Join(presets.Names(), ", ") + ")"}
 				}
 			}
-			return runF(&policyCheckOptions{Path: path, Dir: wd, Out: s.Out, ErrOut: s.ErrOut})
+			return runF(&policyCheckOptions{Path: path, Dir: wd, Out: s.stdout(), ErrOut: s.ErrOut})
 		},
 	}
 }
@@ -154,7 +154,7 @@ func newPolicyInitCmd(s Streams, runF func(*policyInitOptions) error) *cli.Comma
 				return usageError("give the training command after --, e.g. gpuguard policy init -- python train.py --batch-size 64 > gpuguard.yaml")
 			}
 			wd, _ := os.Getwd()
-			return runF(&policyInitOptions{Argv: argv, Env: os.Environ(), Dir: wd, Out: s.Out})
+			return runF(&policyInitOptions{Argv: argv, Env: os.Environ(), Dir: wd, Out: s.stdout()})
 		},
 	}
 }
@@ -219,7 +219,7 @@ func newPolicyListCmd(s Streams, runF func(out io.Writer) error) *cli.Command {
 		Name:  "list",
 		Usage: "list the built-in presets",
 		Action: func(c *cli.Context) error {
-			return runF(s.Out)
+			return runF(s.stdout())
 		},
 	}
 }

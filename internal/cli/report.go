@@ -36,7 +36,7 @@ func newReportCmd(s Streams, runF func(report.Options) error) *cli.Command {
 			}
 			return runF(report.Options{
 				RunDir: dir, JSON: c.Bool("json"), Plot: c.String("plot"),
-				Stdout: s.Out, Stderr: s.ErrOut,
+				Stdout: s.stdout(), Stderr: s.ErrOut,
 			})
 		},
 	}
