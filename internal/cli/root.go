@@ -146,6 +146,7 @@ func nameErrors(parent string, cmds []*cli.Command) {
 		name := strings.TrimSpace(parent + " " + cmd.Name)
 		cmd.OnUsageError = usageFailure(name, cmd)
 		cmd.HideHelpCommand = true
+		withExamples(name, cmd)
 		if action := cmd.Action; action != nil {
 			cmd.Action = func(c *cli.Context) error {
 				if err := action(c); err != nil {
