@@ -90,7 +90,7 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				return usageError("no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]")
 			}
 			runDir := c.String("run-dir")
-			if runDir != "" && resume == "" {
+			if runDir != "" && resume == "" && !c.Bool("dry-run") {
 				if err := checkNewRunDir(runDir); err != nil {
 					return err
 				}
