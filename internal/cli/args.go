@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -242,6 +244,11 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 		if flagName == "help" || flagName == "h" {
 			return append(out, "--help"), nil
 		}
+		if spec.takesValue && !hasValue && i+1 >= len(rest) {
+			return nil, &argsError{command: name,
+				msg:   fmt.Sprintf("%s needs a value, e.g. %s", a, flagExample(flagName, cmd)),
+				usage: commandUsage(name, cmd)}
+		}
 		flags = append(flags, a)
 		if spec.takesValue && !hasValue && i+1 < len(rest) {
 			i++
@@ -257,10 +264,60 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 }
 
 // usageFailure is what a usage error urfave/cli finds (a flag's value that
-// does not parse) becomes: the error alone, said once, with the command's
-// usage line after it, instead of the whole help between two copies.
+// does not parse) becomes: the error alone, said once, in gpuguard's words
+// (what the flag expects, with an example), with the command's usage line
+// after it, instead of the whole help between two copies.
 func usageFailure(name string, cmd *cli.Command) cli.OnUsageErrorFunc {
 	return func(_ *cli.Context, err error, _ bool) error {
-		return &argsError{command: name, msg: err.Error(), usage: commandUsage(name, cmd)}
+		return &argsError{command: name, msg: flagValueMessage(err.Error(), cmd), usage: commandUsage(name, cmd)}
 	}
+}
+
+// flagValueMessage rewrites Go's `invalid value "10" for flag -grace: parse
+// error` as what the flag expects, with an example.
+func flagValueMessage(msg string, cmd *cli.Command) string {
+	var value, flagName string
+	if _, err := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &flagName); err != nil {
+		return msg
+	}
+	flagName = strings.TrimSuffix(flagName, ":")
+	for _, f := range cmd.Flags {
+		if !slices.Contains(f.Names(), flagName) {
+			continue
+		}
+		switch f.(type) {
+		case *cli.DurationFlag:
+			return fmt.Sprintf("--%s %s: a duration is written with a unit, e.g. %s (units: ms, s, m, h)", flagName, value, durationExample(value))
+		case *cli.IntFlag:
+			return fmt.Sprintf("--%s %s: expected a whole number, e.g. %s", flagName, value, flagExample(flagName, cmd))
+		}
+	}
+	return msg
+}
+
+// durationExample is value with a unit when it is a bare number ("10" gives
+// "10s"), else 30s.
+func durationExample(value string) string {
+	if _, err := strconv.ParseFloat(value, 64); err == nil && value != "" {
+		return value + "s"
+	}
+	return "30s"
+}
+
+// flagExamples are a value of each flag that takes one, for messages.
+var flagExamples = map[string]string{
+	"plot": "--plot memory.png", "policy": "--policy gpuguard.yaml", "run-dir": "--run-dir runs/try1",
+	"resume-run": "--resume-run .gpuguard/runs/ID", "pty": "--pty never", "probe": "--probe torch",
+	"grace": "--grace 30s", "group-timeout": "--group-timeout 2m", "exit-codes": "--exit-codes scheduler",
+	"group": "--group auto", "group-rank": "--group-rank 0", "group-size": "--group-size 2",
+	"notify": "--notify https://hooks.example.com/gpuguard", "notify-command": "--notify-command 'mail -s gpuguard me'",
+	"metrics-file": "--metrics-file /var/lib/node_exporter/gpuguard.prom",
+}
+
+// flagExample is an example of flag name with a value.
+func flagExample(name string, cmd *cli.Command) string {
+	if e, ok := flagExamples[name]; ok {
+		return e
+	}
+	return "--" + name + " VALUE"
 }

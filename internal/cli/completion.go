@@ -34,7 +34,7 @@ func newCompleteCmd(s Streams, cmds func() []*cli.Command) *cli.Command {
 		Action: func(c *cli.Context) error {
 			wd, _ := os.Getwd()
 			for _, w := range complete(c.Args().Slice(), cmds(), wd) {
-				fmt.Fprintln(s.Out, w)
+				fmt.Fprintln(s.stdout(), w)
 			}
 			return nil
 		},
@@ -59,7 +59,7 @@ func newCompletionCmd(s Streams) *cli.Command {
 			if !ok {
 				return usageError("no completion for shell %q; usage: gpuguard completion bash|zsh|fish", c.Args().First())
 			}
-			_, err := io.WriteString(s.Out, script)
+			_, err := io.WriteString(s.stdout(), script)
 			return err
 		},
 	}

@@ -20,7 +20,7 @@ func newDoctorCmd(s Streams, runF func(doctor.Options) error) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			return runF(doctor.Options{JSON: c.Bool("json"), Stdout: s.Out})
+			return runF(doctor.Options{JSON: c.Bool("json"), Stdout: s.stdout()})
 		},
 	}
 }

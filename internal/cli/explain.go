@@ -18,28 +18,32 @@ func newExplainCmd(s Streams, runF func(explain.Options) error) *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say what a log shows: out-of-memory kind, phase, numbers, and what to change",
-		UsageText: "gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin; a run directory is explained attempt by attempt)",
+		UsageText: "gpuguard explain [--json] [LOG|RUN_DIR|latest...] (default: the latest run; - for stdin; a run directory is explained attempt by attempt)",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per log (per attempt for a run directory)"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return usageError("no log given; usage: gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin)")
-			}
 			paths := c.Args().Slice()
+			if len(paths) == 0 {
+				// Like report: no argument is the latest run.
+				paths = []string{Latest}
+			}
 			wd, _ := os.Getwd()
 			for i, p := range paths {
 				if p == Latest {
-					dir, err := resolveRun(p, wd)
+					dir, above, err := resolveRun(p, wd)
 					if err != nil {
 						return err
+					}
+					if above {
+						sayFound(s.ErrOut, "explain", "latest run", dir)
 					}
 					paths[i] = dir
 				}
 			}
 			return runF(explain.Options{
 				Paths: paths, JSON: c.Bool("json"),
-				Stdin: s.In, Stdout: s.Out, Stderr: s.ErrOut,
+				Stdin: s.In, Stdout: s.stdout(), Stderr: s.ErrOut,
 			})
 		},
 	}

@@ -33,8 +33,10 @@ func TestExplainArgs(t *testing.T) {
 			t.Errorf("explain %q: %+v, options %+v, want %+v", tc.args, r, got, tc.want)
 		}
 	}
+	// No log: the latest run, as for report.
+	t.Chdir(t.TempDir())
 	r := gpuguard(t, "explain", "--json")
-	if r.code != 64 || r.stderr != "gpuguard explain: no log given; usage: gpuguard explain [--json] LOG|RUN_DIR|latest... (- for stdin)\n" {
+	if r.code != 66 || r.stderr != "gpuguard explain: no run directory under .gpuguard/runs here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND` (.gpuguard/runs is looked for from here up to the repository's root)\n" {
 		t.Errorf("no log: %+v", r)
 	}
 }

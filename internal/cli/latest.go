@@ -19,24 +19,28 @@ const Latest = "latest"
 var runsDir = filepath.Join(".gpuguard", "runs")
 
 // resolveRun turns a command's run argument into a run directory: "latest"
-// (or nothing) is the newest run directory under .gpuguard/runs in dir,
-// unless dir holds a file or directory named "latest"; anything else is
-// itself.
-func resolveRun(arg, dir string) (string, error) {
+// (or nothing) is the newest run directory under the project's
+// .gpuguard/runs, the nearest one from dir up (projectRunsDir), unless dir
+// holds a file or directory named "latest"; anything else is itself. above
+// says the runs were found above dir (the path returned is then relative to
+// dir, e.g. ../.gpuguard/runs/ID), which the command says.
+func resolveRun(arg, dir string) (path string, above bool, err error) {
 	if arg != "" && arg != Latest {
-		return arg, nil
+		return arg, false, nil
 	}
 	if arg == Latest {
 		if _, err := os.Lstat(filepath.Join(dir, Latest)); err == nil {
-			return arg, nil
+			return arg, false, nil
 		}
 	}
-	runs := runDirs(dir)
+	root := projectRunsDir(dir)
+	runs := runDirs(root)
 	if len(runs) == 0 {
-		return "", &exitcode.Error{Code: exitcode.NoInput,
-			Msg: "no run directory under " + runsDir + " here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND`"}
+		return "", false, &exitcode.Error{Code: exitcode.NoInput,
+			Msg: "no run directory under " + runsDir + " here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND` (" + runsDir + " is looked for from here up to the repository's root)"}
 	}
-	return runs[len(runs)-1], nil
+	above = !sameDir(root, dir)
+	return filepath.Join(relTo(dir, root), runs[len(runs)-1]), above, nil
 }
 
 // runDirs are the run directories under .gpuguard/runs in dir, relative to

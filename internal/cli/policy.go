@@ -47,7 +47,7 @@ func newPolicyCheckCmd(s Streams, runF func(*policyCheckOptions) error) *cli.Com
 	return &cli.Command{
 		Name:      "check",
 		Usage:     "validate a policy file or preset",
-		UsageText: "gpuguard policy check [FILE|PRESET] (default ./gpuguard.yaml)",
+		UsageText: "gpuguard policy check [FILE|PRESET] (default: the project's gpuguard.yaml, from here up to the repository's root)",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usageError("give one policy file; usage: gpuguard policy check [FILE|PRESET]")
@@ -58,23 +58,27 @@ func newPolicyCheckCmd(s Streams, runF func(*policyCheckOptions) error) *cli.Com
 				path = defaultPolicy(wd)
 				if path == "" {
 					return &exitcode.Error{Code: exitcode.NoInput,
-						Msg: "no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: " + strings.Join(presets.Names(), ", ") + ")"}
+						Msg: "no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: " + strings.Join(presets.Names(), ", ") + "); gpuguard.yaml is looked for from here up to the repository's root"}
+				}
+				if filepath.Dir(path) != "." {
+					sayFound(s.ErrOut, "policy check", "checking", path)
 				}
 			}
-			return runF(&policyCheckOptions{Path: path, Dir: wd, Out: s.Out, ErrOut: s.ErrOut})
+			return runF(&policyCheckOptions{Path: path, Dir: wd, Out: s.stdout(), ErrOut: s.ErrOut})
 		},
 	}
 }
 
 // defaultPolicy is the policy file `policy check` checks when none is
-// named: ./gpuguard.yaml (or ./gpuguard.yml), or "" when there is none.
+// named: the one `gpuguard run` would use, the nearest gpuguard.yaml (or
+// gpuguard.yml) from dir up to the repository's root, as ./NAME when it is
+// in dir; "" when there is none.
 func defaultPolicy(dir string) string {
-	for _, name := range []string{"gpuguard.yaml", "gpuguard.yml"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return "./" + name
-		}
+	p := projectPolicy(dir)
+	if p != "" && filepath.Dir(p) == "." {
+		return "./" + p
 	}
-	return ""
+	return p
 }
 
 // policyCheckRun validates a policy file (or preset). A valid one gets a
@@ -154,7 +158,7 @@ func newPolicyInitCmd(s Streams, runF func(*policyInitOptions) error) *cli.Comma
 				return usageError("give the training command after --, e.g. gpuguard policy init -- python train.py --batch-size 64 > gpuguard.yaml")
 			}
 			wd, _ := os.Getwd()
-			return runF(&policyInitOptions{Argv: argv, Env: os.Environ(), Dir: wd, Out: s.Out})
+			return runF(&policyInitOptions{Argv: argv, Env: os.Environ(), Dir: wd, Out: s.stdout()})
 		},
 	}
 }
@@ -219,7 +223,7 @@ func newPolicyListCmd(s Streams, runF func(out io.Writer) error) *cli.Command {
 		Name:  "list",
 		Usage: "list the built-in presets",
 		Action: func(c *cli.Context) error {
-			return runF(s.Out)
+			return runF(s.stdout())
 		},
 	}
 }

@@ -75,7 +75,7 @@ func TestCheckErrors(t *testing.T) {
 	// No file named: ./gpuguard.yaml.
 	t.Chdir(dir)
 	r = gpuguard(t, "policy", "check")
-	if r.code != 66 || r.stderr != "gpuguard policy check: no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: argparse, huggingface, hydra, lightning, ultralytics)\n" {
+	if r.code != 66 || r.stderr != "gpuguard policy check: no policy file named, and no gpuguard.yaml here; usage: gpuguard policy check [FILE|PRESET] (presets: argparse, huggingface, hydra, lightning, ultralytics); gpuguard.yaml is looked for from here up to the repository's root\n" {
 		t.Errorf("no file: %+v", r)
 	}
 	write(t, filepath.Join(dir, "gpuguard.yaml"), "version: 1\nknobs:\n  bs: {flag: --bs}\nrules:\n  - name: r\n    when: {kind: gpu_oom}\n    steps: [{halve: bs}]\n")

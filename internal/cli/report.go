@@ -30,13 +30,16 @@ func newReportCmd(s Streams, runF func(report.Options) error) *cli.Command {
 				return usageError("give one run directory; usage: %s", reportUsage)
 			}
 			wd, _ := os.Getwd()
-			dir, err := resolveRun(c.Args().First(), wd)
+			dir, above, err := resolveRun(c.Args().First(), wd)
 			if err != nil {
 				return err
 			}
+			if above {
+				sayFound(s.ErrOut, "report", "latest run", dir)
+			}
 			return runF(report.Options{
 				RunDir: dir, JSON: c.Bool("json"), Plot: c.String("plot"),
-				Stdout: s.Out, Stderr: s.ErrOut,
+				Stdout: s.stdout(), Stderr: s.ErrOut,
 			})
 		},
 	}

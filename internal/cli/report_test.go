@@ -54,7 +54,7 @@ func TestReportLatest(t *testing.T) {
 		return newReportCmd(s, func(o report.Options) error { got = append(got, o.RunDir); return nil })
 	}
 	r := gpuguardWith(t, newCmd, "report")
-	if r.code != 66 || r.stderr != "gpuguard report: no run directory under .gpuguard/runs here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND`\n" {
+	if r.code != 66 || r.stderr != "gpuguard report: no run directory under .gpuguard/runs here, so no latest run; name a run directory, or start one with `gpuguard run -- COMMAND` (.gpuguard/runs is looked for from here up to the repository's root)\n" {
 		t.Errorf("no run: %+v", r)
 	}
 	for _, name := range []string{"20261125-091500-aaaaaa", "20261125-101500-000000", "20261124-235959-ffffff"} {

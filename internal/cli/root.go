@@ -28,6 +28,35 @@ type Streams struct {
 	In     *os.File
 	Out    *os.File
 	ErrOut io.Writer
+
+	// checked is Out as the commands other than run write to it: it keeps
+	// the first write error, which Main turns into exit status 74 (set by
+	// Main; nil means Out itself).
+	checked *checkedWriter
+}
+
+// stdout is where a command other than run writes its output.
+func (s Streams) stdout() io.Writer {
+	if s.checked != nil {
+		return s.checked
+	}
+	return s.Out
+}
+
+// checkedWriter is a writer that remembers its first error: output that
+// could not be written (a full disk, `> /dev/full`, a closed pipe) is a
+// failure of the command however the code that wrote it handled the error.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // System returns the process's own standard streams.
@@ -37,6 +66,7 @@ func System() Streams { return Streams{In: os.Stdin, Out: os.Stdout, ErrOut: os.
 // s and returns the process's exit status. version is what `gpuguard
 // version` prints.
 func Main(args []string, s Streams, version string) int {
+	s.checked = &checkedWriter{w: s.Out}
 	app := newApp(s, version,
 		newRunCmd(s, nil),
 		newExplainCmd(s, nil),
@@ -47,7 +77,29 @@ func Main(args []string, s Streams, version string) int {
 		newCompletionCmd(s),
 	)
 	app.Commands = append(app.Commands, newCompleteCmd(s, func() []*cli.Command { return app.Commands }))
-	return exitStatus(runApp(app, args), s.ErrOut)
+	err := runApp(app, args)
+	if werr := s.checked.err; werr != nil {
+		// The output is lost: whatever else the command had to say, its
+		// status is 74, as the README's table says.
+		fmt.Fprintf(s.ErrOut, "%s: cannot write the output: %v\n", commandName(args, app.Commands), werr)
+		return exitcode.IOErr
+	}
+	return exitStatus(err, s.ErrOut)
+}
+
+// commandName is "gpuguard COMMAND [SUBCOMMAND]" for args, as far as they
+// name one.
+func commandName(args []string, cmds []*cli.Command) string {
+	name := "gpuguard"
+	for _, a := range args[1:] {
+		c := findCommand(cmds, a)
+		if c == nil {
+			break
+		}
+		name += " " + c.Name
+		cmds = c.Subcommands
+	}
+	return name
 }
 
 // runApp checks args and puts them in order (normalize), then runs app.
@@ -66,7 +118,7 @@ func newApp(s Streams, version string, cmds ...*cli.Command) *cli.App {
 		Name:      "gpuguard",
 		Usage:     "run a training job, recover it from out-of-memory failures",
 		Version:   versionString(version, readBuildInfo),
-		Writer:    s.Out,
+		Writer:    s.stdout(),
 		ErrWriter: s.ErrOut,
 		// Errors become exit statuses in exitStatus, never in urfave/cli
 		// (whose default handler would call os.Exit).
@@ -94,6 +146,7 @@ func nameErrors(parent string, cmds []*cli.Command) {
 		name := strings.TrimSpace(parent + " " + cmd.Name)
 		cmd.OnUsageError = usageFailure(name, cmd)
 		cmd.HideHelpCommand = true
+		withExamples(name, cmd)
 		if action := cmd.Action; action != nil {
 			cmd.Action = func(c *cli.Context) error {
 				if err := action(c); err != nil {

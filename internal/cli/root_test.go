@@ -110,7 +110,7 @@ func TestUsageErrors(t *testing.T) {
 			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
 		{[]string{"help", "nosuch"}, "gpuguard: unknown command \"nosuch\"\n" +
 			"usage: gpuguard COMMAND [flags] [ARGS...]; commands: run, explain, report, doctor, policy, version, completion, help\n"},
-		{[]string{"run", "--grace", "soon", "--", "true"}, "gpuguard run: invalid value \"soon\" for flag -grace: parse error\n" +
+		{[]string{"run", "--grace", "soon", "--", "true"}, "gpuguard run: --grace soon: a duration is written with a unit, e.g. 30s (units: ms, s, m, h)\n" +
 			"usage: gpuguard run [flags] -- COMMAND [ARGS...]\n"},
 	} {
 		if r := gpuguard(t, tc.args...); r != (result{64, "", tc.stderr}) {

@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpuguard/gpuguard/internal/doctor"
 	"github.com/gpuguard/gpuguard/internal/exitcode"
+	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 )
 
@@ -29,7 +34,9 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.StringFlag{Name: "pty", Value: "auto", Usage: "run the command under a pseudo-terminal: auto (when stdout is a terminal), always, never"},
 			&cli.StringFlag{Name: "run-dir", Usage: "keep this run's log, events and state in `DIR` (default .gpuguard/runs/<time-id>)", EnvVars: []string{"GPUGUARD_RUN_DIR"}},
 			&cli.StringFlag{Name: "policy", Usage: "policy `FILE` or built-in preset name (default: gpuguard.yaml from here up to the repository root)", EnvVars: []string{"GPUGUARD_POLICY"}},
-			&cli.StringFlag{Name: "resume-run", Usage: "continue the run kept in `DIR` with the settings that fit"},
+			&cli.StringFlag{Name: "resume-run", Usage: "continue the run kept in `DIR` with the settings that fit; the command is the run's own when none is given"},
+			&cli.BoolFlag{Name: "resume-finished", Usage: "with --resume-run: continue a run that has ended (by default only a run that did not end is continued)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no start lines (run directory, allocator settings); failures, decisions and warnings are still said"},
 			&cli.BoolFlag{Name: "no-env", Usage: "do not add allocator settings to the command's environment"},
 			&cli.StringFlag{Name: "probe", Usage: "put a probe inside the job: `torch` reports phases, steps, memory and where an out-of-memory error was raised from inside PyTorch (docs/probe.md)"},
 			&cli.BoolFlag{Name: "memo", Usage: "start from the knob values that fitted the last run of this command on this device, and remember them after a run that relaunched (the policy's memo: true; kept in the user's cache directory)"},
@@ -46,11 +53,17 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			&cli.StringFlag{Name: "metrics-file", Usage: "also keep the run's Prometheus metrics in `PATH` (for node_exporter's textfile collector)", EnvVars: []string{"GPUGUARD_METRICS_FILE"}},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return usageError("no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]")
+			wd, _ := os.Getwd()
+			if err := checkChoice("pty", c.String("pty"), "auto", "always", "never"); err != nil {
+				return err
 			}
 			if pr := c.String("probe"); pr != "" && pr != "torch" {
 				return usageError("unknown probe %q (there is one: torch)", pr)
+			}
+			if ec := c.String("exit-codes"); ec != "" {
+				if err := checkChoice("exit-codes", ec, policy.ExitCodeModes...); err != nil {
+					return err
+				}
 			}
 			if err := supervisor.CheckExitCodes(c.String("exit-codes")); err != nil {
 				return err
@@ -60,6 +73,45 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			for _, f := range []struct{ name, def string }{{"grace", "10s"}, {"group-timeout", "60s"}} {
 				if d := c.Duration(f.name); d < 0 {
 					return usageError("--%s %s: a duration must not be negative; give one such as %s (the default)", f.name, d, f.def)
+				}
+			}
+			argv := c.Args().Slice()
+			resume := c.String("resume-run")
+			if c.Bool("resume-finished") && resume == "" {
+				return usageError("--resume-finished goes with --resume-run DIR")
+			}
+			if resume != "" {
+				var err error
+				if argv, err = resumeCommand(s.ErrOut, resume, argv, c.String("policy"), wd, c.Bool("resume-finished")); err != nil {
+					return err
+				}
+			}
+			if len(argv) == 0 {
+				return usageError("no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]")
+			}
+			runDir := c.String("run-dir")
+			if runDir != "" && resume == "" && !c.Bool("dry-run") {
+				if err := checkNewRunDir(runDir); err != nil {
+					return err
+				}
+			}
+			quiet := c.Bool("quiet")
+			if !c.Bool("no-env") {
+				// What doctor finds wrong (78) is said before the job starts:
+				// PyTorch refuses the whole variable at its first allocation.
+				for _, p := range doctor.AllocConfProblems(os.Environ()) {
+					fmt.Fprintf(s.ErrOut, "gpuguard: warning: %s (gpuguard doctor says the same); fix the variable, or the job will fail\n", p)
+				}
+			}
+			if !c.Bool("dry-run") && resume == "" && runDir == "" && os.Getenv("SLURM_JOB_ID") == "" {
+				var err error
+				if runDir, err = projectRunDir(wd); err != nil {
+					return &exitcode.Error{Code: exitcode.CantCreate, Err: err}
+				}
+			}
+			if c.String("policy") == "" && !quiet {
+				if p := projectPolicy(wd); p != "" && filepath.Dir(p) != "." {
+					sayFound(s.ErrOut, "run", "policy", p)
 				}
 			}
 			memo := ""
@@ -84,10 +136,11 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 			if c.IsSet("group-timeout") {
 				groupTimeout = c.Duration("group-timeout")
 			}
-			return runF(supervisor.Config{
-				Argv:      c.Args().Slice(),
+			err := runF(supervisor.Config{
+				Argv:      argv,
+				Quiet:     quiet,
 				PTY:       c.String("pty"),
-				RunDir:    c.String("run-dir"),
+				RunDir:    runDir,
 				Policy:    c.String("policy"),
 				ResumeRun: c.String("resume-run"),
 				NoEnv:     c.Bool("no-env"),
@@ -109,9 +162,20 @@ func newRunCmd(s Streams, runF func(supervisor.Config) error) *cli.Command {
 				GroupTimeout: groupTimeout,
 				ExitCodes:    c.String("exit-codes"),
 			})
+			if st := exitcode.Of(err); err != nil && !gpuguardStatus[st] {
+				if h := misplacedFlagHint(argv, c.Command); h != "" {
+					fmt.Fprintln(s.ErrOut, h)
+				}
+			}
+			return err
 		},
 	}
 }
+
+// gpuguardStatus are the statuses of gpuguard's own failures, where the
+// job did not run (or not as the command line said).
+var gpuguardStatus = map[int]bool{exitcode.Usage: true, exitcode.Software: true, exitcode.CantCreate: true,
+	exitcode.GroupLost: true, exitcode.Config: true}
 
 // runRun supervises the job. The supervisor says itself what went wrong,
 // so its status is returned with nothing more to print: the job's own

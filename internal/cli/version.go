@@ -16,7 +16,7 @@ func newVersionCmd(s Streams, version string) *cli.Command {
 		Name:  "version",
 		Usage: "print gpuguard's version, VCS revision and Go version",
 		Action: func(c *cli.Context) error {
-			fmt.Fprintln(s.Out, versionString(version, readBuildInfo))
+			fmt.Fprintln(s.stdout(), versionString(version, readBuildInfo))
 			return nil
 		},
 	}

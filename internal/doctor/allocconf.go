@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/allocconf"
+	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/policy"
 )
 
@@ -132,4 +133,16 @@ func powerOfTwoOrList(v string) string {
 		}
 	}
 	return ""
+}
+
+// AllocConfProblems are the problems doctor reports in the allocator
+// variables of env (KEY=VALUE), for `gpuguard run` to warn before it starts.
+func AllocConfProblems(env []string) []string {
+	var out []string
+	for _, k := range allocConfVars {
+		if v, ok := envlist.Lookup(env, k); ok {
+			out = append(out, allocConfProblems(k, v)...)
+		}
+	}
+	return out
 }

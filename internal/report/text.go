@@ -49,13 +49,25 @@ func writeText(w io.Writer, run *Run) {
 	for _, s := range run.Signals {
 		p("  signal %s at %s%s", s.Signal, s.Time.Local().Format("15:04:05"), signalAction(s))
 	}
+	// Why the GPU was not sampled is said once, for the run, not once per
+	// attempt; an attempt whose reason differs says its own.
+	gpuNote := ""
+	for _, a := range run.Attempts {
+		if a.Memory != nil && a.Memory.GPUUnavailable != "" {
+			gpuNote = a.Memory.GPUUnavailable
+			p("  GPU not sampled: %s", gpuNote)
+			break
+		}
+	}
 	for _, a := range run.Attempts {
 		p("")
-		writeAttempt(w, a)
+		writeAttempt(w, a, gpuNote)
 	}
 }
 
-func writeAttempt(w io.Writer, a *Attempt) {
+// writeAttempt writes attempt a; gpuNote is why the GPU was not sampled,
+// as the run's header already said.
+func writeAttempt(w io.Writer, a *Attempt, gpuNote string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	head := fmt.Sprintf("Attempt %d", a.N)
 	if a.Start != nil {
@@ -111,7 +123,7 @@ func writeAttempt(w io.Writer, a *Attempt) {
 		}
 	}
 	if a.Memory != nil {
-		writeMemory(w, a.Memory, a.MemoryFrom)
+		writeMemory(w, a.Memory, a.MemoryFrom, gpuNote)
 	}
 	for _, n := range a.Warnings {
 		p("  warning:    %s", n.Message)
@@ -121,20 +133,25 @@ func writeAttempt(w io.Writer, a *Attempt) {
 	}
 }
 
-func writeMemory(w io.Writer, s *record.MemorySummary, from string) {
+func writeMemory(w io.Writer, s *record.MemorySummary, from, gpuNote string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	src := ""
 	if from == "timeline" {
 		src = " (from timeline.csv)"
 	}
 	p("  memory peaks%s, %d samples:", src, s.Samples)
-	if s.GPUUnavailable != "" {
+	if s.GPUUnavailable != "" && s.GPUUnavailable != gpuNote {
 		p("    GPU not sampled: %s", s.GPUUnavailable)
 	}
 	for _, ps := range s.Phases {
+		// Samples taken before the job named a phase (or in a job that
+		// names none): the whole attempt when they are all there is.
 		name := string(ps.Phase)
 		if name == "" {
-			name = "(none)"
+			name = "other"
+			if len(s.Phases) == 1 {
+				name = "attempt"
+			}
 		}
 		for _, g := range ps.GPU {
 			line := fmt.Sprintf("    %-7s %-10s %s of %s  %5.1f%%", name, g.ID, humanize.Bytes(g.PeakBytes),

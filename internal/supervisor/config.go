@@ -18,6 +18,7 @@ type Config struct {
 	Grace     time.Duration // time between the polite signal and SIGKILL when stopping the job
 	Probe     string        // --probe: "torch" puts the torch probe in the job (docs/probe.md); "" none
 	Memo      string        // --memo "on", --no-memo "off", "" the policy's memo key (memo.go)
+	Quiet     bool          // --quiet: no start lines (run directory, allocator settings)
 
 	// Group: the gpuguards of one multi-node job deciding as one
 	// (internal/group): "" or "auto" (a Slurm step of several tasks),

@@ -93,8 +93,10 @@ func prepare(cfg Config, wd string, env []string, merged envinject.Result) (*Job
 			break
 		}
 	}
-	status.Printf("run directory %s", displayPath(rd.Path(), wd))
-	printEnv(status, cfg.NoEnv, merged)
+	if !cfg.Quiet {
+		status.Printf("run directory %s", displayPath(rd.Path(), wd))
+	}
+	printEnv(status, cfg.NoEnv, cfg.Quiet, merged)
 
 	j.Signals = notifySignals()
 	j.Signals.OnSignal(func(ev signalEvent) {
@@ -246,9 +248,11 @@ func (j *Job) Close() {
 	}
 }
 
-func printEnv(status *Status, noEnv bool, merged envinject.Result) {
+func printEnv(status *Status, noEnv, quiet bool, merged envinject.Result) {
 	if noEnv {
-		status.Printf("environment passed unchanged (--no-env)")
+		if !quiet {
+			status.Printf("environment passed unchanged (--no-env)")
+		}
 		return
 	}
 	var parts []string
@@ -258,7 +262,7 @@ func printEnv(status *Status, noEnv bool, merged envinject.Result) {
 	for _, c := range merged.Kept {
 		parts = append(parts, c.String())
 	}
-	if len(parts) > 0 {
+	if len(parts) > 0 && !quiet {
 		status.Printf("allocator settings: %s", strings.Join(parts, "; "))
 	}
 	for _, w := range merged.Warnings {
