@@ -206,6 +206,7 @@ type match struct {
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond
+	stalls         []string // Verdict.Stall (hang.go)
 }
 
 type comparison struct {
