@@ -39,8 +39,9 @@ const (
 	// now and then).
 	idleCPUShare = 0.05
 	// busyCPUShare: a process that used at least this share of one CPU is
-	// busy; one that used no tick at all is blocked.
-	busyCPUShare = 0.2
+	// busy (as much as makes a tree not idle: on a loaded machine a spin
+	// gets little of a CPU); one that used no tick at all is blocked.
+	busyCPUShare = idleCPUShare
 	// idleIOPerSecond: less I/O than this per second is no progress.
 	idleIOPerSecond = 64 << 10
 	// gpuMemMoved: GPU memory that moved by more than this is GPU work.
@@ -117,6 +118,7 @@ func (w *activityWatch) track(p process) {
 func (w *activityWatch) snap(p process) activitySnap {
 	w.procs = p.Processes(w.procs[:0])
 	s := activitySnap{at: w.now(), root: p.PID(), procs: w.r.Read(nil, w.procs)}
+	s.procs = w.r.ZombieChildren(s.procs, w.procs)
 	if w.gpu != nil {
 		pids := make([]int, len(w.procs))
 		for i, q := range w.procs {
@@ -136,7 +138,12 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	if window <= 0 {
 		window = time.Millisecond
 	}
-	act := record.HangActivity{WindowS: window.Seconds(), Processes: len(s1.procs)}
+	act := record.HangActivity{WindowS: window.Seconds()}
+	for _, a := range s1.procs {
+		if !a.Zombie() {
+			act.Processes++
+		}
+	}
 	before := make(map[actKey]procfs.Activity, len(s0.procs))
 	for _, a := range s0.procs {
 		before[actKey{a.PID, a.Start}] = a
@@ -226,7 +233,7 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	switch {
 	case idle && act.Workers > 0 && dead+idleWorkers > 0:
 		act.Verdict = "dataloader"
-		act.Detail = fmt.Sprintf("the main process waits idle on its %d loader workers (%d dead, %d idle): %s", act.Workers, dead, idleWorkers, figures)
+		act.Detail = fmt.Sprintf("the main process waits idle on its %d loader %s (%d dead, %d idle): %s", act.Workers, plural(act.Workers, "worker", "workers"), dead, idleWorkers, figures)
 	case idle:
 		act.Verdict = "idle"
 		act.Detail = "idle: " + figures

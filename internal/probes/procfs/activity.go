@@ -2,6 +2,8 @@ package procfs
 
 import (
 	"bytes"
+	"os"
+	"strconv"
 	"strings"
 )
 
@@ -55,6 +57,45 @@ func (r *ActivityReader) Read(dst []Activity, procs []Proc) []Activity {
 			a.IOBytes, a.IOKnown = parseIO(b), true
 		}
 		dst = append(dst, a)
+	}
+	return dst
+}
+
+// ZombieChildren appends to dst the children of procs that have exited
+// and wait to be reaped, which a job's process list leaves out: a worker
+// its parent never waited for. It reads /proc/PID/task/TID/children of
+// every thread of each process (kernels built without
+// CONFIG_PROC_CHILDREN have none: it finds nothing there).
+func (r *ActivityReader) ZombieChildren(dst []Activity, procs []Proc) []Activity {
+	live := make(map[int]bool, len(procs))
+	for _, p := range procs {
+		live[p.PID] = true
+	}
+	for _, p := range procs {
+		tasks, err := os.ReadDir(r.fs.pidPath(p.PID, "task"))
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			b, err := r.fs.read(r.fs.pidPath(p.PID, "task/"+t.Name()+"/children"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || live[pid] {
+					continue
+				}
+				sb, err := r.fs.read(r.fs.pidPath(pid, "stat"))
+				if err != nil {
+					continue
+				}
+				if a, ok := parseActivityStat(pid, sb); ok && a.Zombie() && a.PPID == p.PID {
+					live[pid] = true
+					dst = append(dst, a)
+				}
+			}
+		}
 	}
 	return dst
 }
