@@ -223,6 +223,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		hs.add(s)
 	}
 	hs.add(closer(l.gpu.Close))
+	l.keepCompileCaches()
 	if ok, why := l.gpu.Available(); ok {
 		hs.add(&gpuReleaseHook{l: l})
 	} else {
