@@ -234,6 +234,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 			hs.add(closer(l.ckpts.Close))
 		}
 		hs.add(ckptSaveHook{l})
+		hs.add(noRestartHook{})
 		if h, ok := l.pol.Hang(); ok {
 			hs.add(&stallHook{l: l, h: h})
 		}
