@@ -43,9 +43,10 @@ func (l *loop) keepCompileCaches() {
 			continue
 		}
 		l.pjob.Env = envlist.Set(l.pjob.Env, c.env, dir)
-		set = append(set, c.env+"="+dir)
+		set = append(set, c.env)
 	}
 	if len(set) > 0 {
-		l.job.Status.Printf("compile caches kept across relaunches: %s (set them yourself to choose another place)", strings.Join(set, ", "))
+		l.job.Status.Printf("compile caches kept across relaunches: %s %s into the run directory's compile-cache/ (set them yourself to choose another place)",
+			strings.Join(set, " and "), plural(len(set), "points", "point"))
 	}
 }
