@@ -259,7 +259,6 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 		if v.Verdict == "spinning" && len(v.Busy) > 0 {
 			if stacks, stacksErr = pyspyDump(v.Busy[0]); stacks != "" && waitStacks.MatchString(stacks) {
 				v.Detail += "; its stacks are in a wait (py-spy)"
-				v.Verdict = "spinning"
 			} else {
 				stacks = ""
 			}
