@@ -469,6 +469,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 		return false
 	case m.attempt != nil && !m.attempt.holds(out.Attempt):
 		return false
+	case m.stalls != nil && !slices.Contains(m.stalls, v.Stall):
+		return false
 	}
 	for _, pk := range m.peaks {
 		if !(out.Peaks[pk.phase] > pk.over) {

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -77,4 +79,20 @@ func (w *walker) hangSpec(n *yaml.Node) *Hang {
 		w.at(at, "hang max (%s) is below min (%s)", h.Max, h.Min)
 	}
 	return &h
+}
+
+// Stalls are the values of a rule's when: stall, what a hung job's
+// processes did while it was silent (classify.Verdict.Stall).
+var Stalls = []string{"idle", "working", "spinning", "dataloader"}
+
+// stallCond reads when: stall, one of Stalls or a list of them.
+func (w *walker) stallCond(n *yaml.Node, what string) []string {
+	var out []string
+	for _, s := range w.strList(n, what) {
+		if !slices.Contains(Stalls, s) {
+			w.at(n, "%s: unknown stall %q%s; stalls: %s", what, s, didYouMean(s, Stalls), strings.Join(Stalls, ", "))
+		}
+		out = append(out, s)
+	}
+	return out
 }

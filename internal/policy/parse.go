@@ -502,7 +502,7 @@ func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
 	var buildKey, shmKey *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "rank", "attempt", "peak") {
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "rank", "attempt", "peak", "stall") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -552,6 +552,8 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			}
 		case "attempt":
 			m.attempt = w.comparison(f.val, what+" attempt")
+		case "stall":
+			m.stalls = w.stallCond(f.val, what+" stall")
 		case "peak":
 			for _, pf := range w.mapping(f.val, what+" peak", "train", "val") {
 				m.peaks = append(m.peaks, peakCond{phase: classify.Phase(pf.name), over: w.fraction(pf.val, what+" peak "+pf.name)})

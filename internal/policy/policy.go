@@ -207,6 +207,7 @@ type match struct {
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond
+	stalls         []string // Verdict.Stall (hang.go)
 }
 
 type comparison struct {

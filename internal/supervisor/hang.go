@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,8 +59,17 @@ type stallWatch struct {
 	stepLine  int
 	stepText  string
 
-	kick chan struct{} // progress was made: the deadline moved
-	hung atomic.Bool
+	kick  chan struct{} // progress was made: the deadline moved
+	hung  atomic.Bool
+	stall record.HangActivity // what the processes did (set before hung)
+}
+
+// setStall records the activity verdict of the hang and marks it hung.
+func (w *stallWatch) setStall(v record.HangActivity) {
+	w.mu.Lock()
+	w.stall = v
+	w.mu.Unlock()
+	w.hung.Store(true)
 }
 
 func newStallWatch(h policy.Hang, now func() time.Time) *stallWatch {
@@ -146,6 +156,13 @@ func (w *stallWatch) deadline() (at time.Time, limit, usual time.Duration) {
 	return w.last.Add(limit), limit, usual
 }
 
+// lastProgress is the time of the last step, phase change or start.
+func (w *stallWatch) lastProgress() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
 // evidence is the journal's record of the stall, at now.
 func (w *stallWatch) evidence(attempt int) record.Hang {
 	w.mu.Lock()
@@ -166,39 +183,116 @@ func (w *stallWatch) mark(v *classify.Verdict) {
 	}
 	v.Kind = classify.KindHang
 	v.Reason = "no progress within the job's rhythm (hang:)"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stall.Verdict != "" {
+		v.Stall = w.stall.Verdict
+		v.Reason += "; " + w.stall.Detail
+	}
 }
 
-// stallAttempt is what the watchdog asks of a running attempt.
-type stallAttempt interface {
-	Done() <-chan struct{}
-	Stop(reason string)
-	PID() int
-}
+// trackEvery is how often the watchdog looks for the job's loader
+// workers (from the tree's latest scan: it reads only the command lines
+// of processes it has not seen).
+const trackEvery = time.Second
 
-// watchStall stops attempt n when w says it is hung. It returns when the
-// attempt ends or has been stopped.
-func (l *loop) watchStall(n int, a stallAttempt, w *stallWatch) {
+// watchStall stops attempt n when it is hung: no step for the rhythm's
+// limit, confirmed by what its processes do (hang_activity.go); a job that
+// is silent but working gets hang max. It returns when the attempt ends or
+// has been stopped.
+func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	tick := time.NewTicker(trackEvery)
+	defer tick.Stop()
+	act.track(a)
+	var silence time.Time // the last progress of the silence judged busy
+	var next time.Time    // when to look at it again
+	noted := ""           // the verdict announced for this silence
 	for {
-		at, _, _ := w.deadline()
-		wait := at.Sub(w.now())
-		if wait <= 0 {
-			break
+		at, limit, _ := w.deadline()
+		last := w.lastProgress()
+		if !last.Equal(silence) {
+			silence, next, noted = time.Time{}, time.Time{}, ""
 		}
-		timer.Reset(wait)
+		if !next.IsZero() {
+			at = next
+		}
+		if wait := at.Sub(w.now()); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-w.kick:
+			case <-tick.C:
+				act.track(a)
+			case <-a.Done():
+				return
+			}
+			continue
+		}
+		// The rhythm's limit passed: watch the tree over a window.
+		s0 := act.snap(a)
+		timer.Reset(activityWindow(limit))
+		progressed := false
+	window:
+		for {
+			select {
+			case <-timer.C:
+				break window
+			case <-w.kick:
+				if !w.lastProgress().Equal(last) {
+					progressed = true
+					break window
+				}
+			case <-tick.C:
+				act.track(a)
+			case <-a.Done():
+				return
+			}
+		}
+		if progressed {
+			timer.Stop()
+			continue
+		}
+		v := judge(s0, act.snap(a), act.workers)
+		stacks, stacksErr := "", ""
+		if v.Verdict == "spinning" && len(v.Busy) > 0 {
+			if stacks, stacksErr = pyspyDump(v.Busy[0]); stacks != "" && waitStacks.MatchString(stacks) {
+				v.Detail += "; its stacks are in a wait (py-spy)"
+			} else {
+				stacks = ""
+			}
+		}
+		hardAt := last.Add(w.h.Max)
+		if !idleVerdict(v.Verdict) && stacks == "" && w.now().Before(hardAt) {
+			// Silent but working (or spinning without stacks to show the
+			// wait): it gets hang max; look again after another limit.
+			if noted != v.Verdict {
+				noted = v.Verdict
+				ev := w.evidence(n)
+				l.job.Status.Printf("the job is silent (no training step for %s in %s, limit %s) but %s; it gets hang max (%s, until %s more)",
+					fmtSeconds(ev.SinceS), stallPhase(ev.Phase), fmtSeconds(ev.LimitS), strings.TrimPrefix(v.Detail, "silent but "),
+					fmtSeconds(w.h.Max.Seconds()), fmtSeconds(hardAt.Sub(w.now()).Seconds()))
+				l.job.RunDir.Write(record.Silent{Attempt: n, Phase: ev.Phase, SinceS: ev.SinceS, LimitS: ev.LimitS, MaxS: w.h.Max.Seconds(), Activity: v})
+			}
+			silence, next = last, w.now().Add(limit)
+			if next.After(hardAt) {
+				next = hardAt
+			}
+			continue
+		}
 		select {
-		case <-timer.C:
-		case <-w.kick:
 		case <-a.Done():
-			return
+			return // it ended as the limit passed: not a hang
+		default:
 		}
+		l.stopHung(n, a, w, v, stacks, stacksErr)
+		return
 	}
-	select {
-	case <-a.Done():
-		return // it ended as the limit passed: not a hang
-	default:
-	}
+}
+
+// stopHung journals the evidence of a hang and stops the attempt.
+func (l *loop) stopHung(n int, a process, w *stallWatch, v record.HangActivity, stacks, stacksErr string) {
 	ev := w.evidence(n)
 	last := "no training step"
 	if ev.Step != nil {
@@ -210,12 +304,32 @@ func (l *loop) watchStall(n int, a stallAttempt, w *stallWatch) {
 	if ev.UsualS > 0 {
 		rhythm = "usual interval " + fmtSeconds(ev.UsualS)
 	}
-	l.job.Status.Printf("the job looks hung: %s for %s in %s (%s: limit %s): stopping it",
-		last, fmtSeconds(ev.SinceS), stallPhase(ev.Phase), rhythm, fmtSeconds(ev.LimitS))
-	ev.Stacks, ev.StacksError = pyspyDump(a.PID())
-	w.hung.Store(true)
+	limit := ev.LimitS
+	if !idleVerdict(v.Verdict) && stacks == "" {
+		limit = w.h.Max.Seconds() // busy: it had hang max
+	}
+	l.job.Status.Printf("the job looks hung: %s for %s in %s (%s: limit %s); %s: stopping it",
+		last, fmtSeconds(ev.SinceS), stallPhase(ev.Phase), rhythm, fmtSeconds(limit), v.Detail)
+	if stacks == "" && stacksErr == "" {
+		stacks, stacksErr = pyspyDump(a.PID())
+	}
+	ev.Stacks, ev.StacksError = stacks, stacksErr
+	ev.Activity = &v
+	w.setStall(v)
 	l.job.RunDir.Write(ev)
-	a.Stop(fmt.Sprintf("hung: %s for %s (limit %s)", last, fmtSeconds(ev.SinceS), fmtSeconds(ev.LimitS)))
+	a.Stop(fmt.Sprintf("hung: %s for %s (limit %s; %s)", last, fmtSeconds(ev.SinceS), fmtSeconds(limit), v.Verdict))
+}
+
+// hangDetail is "; " and what the hung job's processes did, for the
+// decision line ("" when the watchdog did not look).
+func hangDetail(v classify.Verdict) string {
+	if v.Stall == "" {
+		return ""
+	}
+	if _, d, ok := strings.Cut(v.Reason, "; "); ok {
+		return "; " + d
+	}
+	return "; " + v.Stall
 }
 
 // pyspyDump returns `py-spy dump --pid pid` (the Python stacks of the
@@ -271,12 +385,18 @@ type stallHook struct {
 	l   *loop
 	h   policy.Hang
 	cur *stallWatch // the attempt running
+	act *activityWatch
 }
 
-func (s *stallHook) attemptStarting(*attemptRun)            { s.cur = newStallWatch(s.h, time.Now) }
+func (s *stallHook) attemptStarting(*attemptRun) {
+	s.cur = newStallWatch(s.h, time.Now)
+	s.act = newActivityWatch(s.l.gpu, time.Now)
+}
 func (s *stallHook) line(_ *attemptRun, ln lines.Line)      { s.cur.line(ln) }
 func (s *stallHook) event(_ *attemptRun, ev classify.Event) { s.cur.event(ev) }
-func (s *stallHook) started(a *attemptRun, p process)       { go s.l.watchStall(a.n, p, s.cur) }
+func (s *stallHook) started(a *attemptRun, p process) {
+	go s.l.watchStall(a.n, p, s.cur, s.act)
+}
 
 // judged makes a hang the watchdog stopped the attempt's verdict.
 func (s *stallHook) judged(a *attemptRun) { s.cur.mark(&a.verdict) }

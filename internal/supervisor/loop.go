@@ -224,6 +224,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		hs.add(s)
 	}
 	hs.add(closer(l.gpu.Close))
+	l.keepCompileCaches()
 	if ok, why := l.gpu.Available(); ok {
 		hs.add(&gpuReleaseHook{l: l})
 	} else {
@@ -234,6 +235,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 			hs.add(closer(l.ckpts.Close))
 		}
 		hs.add(ckptSaveHook{l})
+		hs.add(noRestartHook{})
 		if h, ok := l.pol.Hang(); ok {
 			hs.add(&stallHook{l: l, h: h})
 		}

@@ -30,7 +30,7 @@ func describeFailure(n int, v classify.Verdict) string {
 			what += " (" + v.Reason + ")"
 		}
 	case classify.KindHang:
-		what = "a hang (no progress within its rhythm: stopped)"
+		what = "a hang (no progress within its rhythm: stopped" + hangDetail(v) + ")"
 	default:
 		what = "an unrecognised failure"
 	}

@@ -93,6 +93,9 @@ type Verdict struct {
 	// /dev/shm (a host_oom), which DataLoader workers fill: the remedy is
 	// fewer workers or a larger shm, not a smaller batch.
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Stall: for a hang, what the job's processes did while silent (idle,
+	// working, spinning, dataloader: record.HangActivity.Verdict).
+	Stall string `json:"stall,omitempty"`
 	// Build: the host memory ran out while a compiler built a C++/CUDA
 	// extension at start-up (a host_oom): the remedy is fewer parallel
 	// build jobs (MAX_JOBS), not a smaller batch.

@@ -17,7 +17,7 @@ type Event interface {
 var Types = []Event{
 	RunStart{}, RunEnd{}, Policy{}, Signal{}, Slurm{}, RequeueSignal{}, Requeue{},
 	AttemptStart{}, AttemptStartFailed{}, AttemptEnd{}, Error{},
-	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{}, Hang{},
+	Phase{}, Failure{}, Warning{}, Memory{}, Decision{}, Probe{}, Hang{}, Silent{},
 	GroupJoin{}, GroupStop{}, GroupDecision{}, GroupLost{},
 	Verify{},
 }

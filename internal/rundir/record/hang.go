@@ -22,6 +22,48 @@ type Hang struct {
 	// on PATH; StacksError says why there is none when it failed.
 	Stacks      string `json:"stacks,omitempty"`
 	StacksError string `json:"stacks_error,omitempty"`
+	// Activity: what the job's processes did while it was silent, the
+	// second signal the watchdog confirmed the hang with.
+	Activity *HangActivity `json:"activity,omitempty"`
 }
+
+// HangActivity is what a silent job's process tree did over a window: the
+// watchdog's second signal (internal/supervisor/hang_activity.go).
+type HangActivity struct {
+	// Verdict: idle (no CPU, I/O or GPU work), working (busy: silent but
+	// working), spinning (busy in a wait: a process spins while another of
+	// the tree is blocked, or its stacks are in a collective), dataloader
+	// (the main process idle, its loader workers dead or idle).
+	Verdict string  `json:"verdict"`
+	Detail  string  `json:"detail"` // the verdict in words, with the figures
+	WindowS float64 `json:"window_s"`
+	// CPUS: CPU seconds the tree used in the window; IOBytes: bytes it read
+	// and wrote (rchar + wchar).
+	CPUS      float64 `json:"cpu_s"`
+	IOBytes   uint64  `json:"io_bytes"`
+	Processes int     `json:"processes"`
+	// GPUMemDeltaBytes: how much the used memory of the job's GPUs moved
+	// over the window (absent without a GPU probe).
+	GPUMemDeltaBytes *uint64 `json:"gpu_mem_delta_bytes,omitempty"`
+	Busy             []int   `json:"busy,omitempty"`    // pids that used CPU
+	Blocked          []int   `json:"blocked,omitempty"` // pids that used none
+	// Workers: the loader workers seen in this attempt; WorkersDead: those
+	// gone or zombies now.
+	Workers     int `json:"workers,omitempty"`
+	WorkersDead int `json:"workers_dead,omitempty"`
+}
+
+// Silent is the watchdog's note that a job past its rhythm's limit is
+// silent but working: it is left to run until the hang max.
+type Silent struct {
+	Attempt  int            `json:"attempt"`
+	Phase    classify.Phase `json:"phase"`
+	SinceS   float64        `json:"since_s"`
+	LimitS   float64        `json:"limit_s"`
+	MaxS     float64        `json:"max_s"`
+	Activity HangActivity   `json:"activity"`
+}
+
+func (Silent) EventType() string { return "silent" }
 
 func (Hang) EventType() string { return "hang" }

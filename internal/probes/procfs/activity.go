@@ -1,0 +1,178 @@
+package procfs
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// This file reads what a job's processes are doing, for the hang
+// watchdog's second signal: each process's CPU time (utime + stime of
+// /proc/PID/stat) and I/O (rchar + wchar of /proc/PID/io: every byte
+// through read and write, pipes and sockets included). The counters are
+// cumulative; the watchdog compares two readings a window apart.
+
+// ClockTicks is the unit of the CPU times of /proc/PID/stat (USER_HZ). It
+// is 100 on every Linux architecture gpuguard runs on.
+const ClockTicks = 100
+
+// Activity is one process's cumulative counters at one reading.
+type Activity struct {
+	PID, PPID int
+	Start     uint64 // with PID, identifies the process
+	State     byte
+	Comm      string
+	CPUTicks  uint64 // utime + stime, in ClockTicks
+	IOBytes   uint64 // rchar + wchar
+	IOKnown   bool   // /proc/PID/io could be read (same user or root)
+}
+
+// Zombie reports whether the process has exited and waits to be reaped.
+func (a Activity) Zombie() bool { return a.State == 'Z' || a.State == 'X' }
+
+// ActivityReader reads Activity. Not safe for concurrent use: it reuses
+// one buffer.
+type ActivityReader struct{ fs *procFS }
+
+// NewActivityReader reads under procRoot ("/proc" when empty).
+func NewActivityReader(procRoot string) *ActivityReader {
+	return &ActivityReader{fs: newProcFS(procRoot)}
+}
+
+// Read appends to dst the activity of each process of procs that is still
+// there, and returns the extended slice. A process that is gone, or whose
+// pid now names another process, is left out.
+func (r *ActivityReader) Read(dst []Activity, procs []Proc) []Activity {
+	for _, p := range procs {
+		b, err := r.fs.read(r.fs.pidPath(p.PID, "stat"))
+		if err != nil {
+			continue
+		}
+		a, ok := parseActivityStat(p.PID, b)
+		if !ok || (p.Start != 0 && a.Start != p.Start) {
+			continue
+		}
+		if b, err := r.fs.read(r.fs.pidPath(p.PID, "io")); err == nil {
+			a.IOBytes, a.IOKnown = parseIO(b), true
+		}
+		dst = append(dst, a)
+	}
+	return dst
+}
+
+// ZombieChildren appends to dst the children of procs that have exited
+// and wait to be reaped, which a job's process list leaves out: a worker
+// its parent never waited for. It reads /proc/PID/task/TID/children of
+// every thread of each process (kernels built without
+// CONFIG_PROC_CHILDREN have none: it finds nothing there).
+func (r *ActivityReader) ZombieChildren(dst []Activity, procs []Proc) []Activity {
+	live := make(map[int]bool, len(procs))
+	for _, p := range procs {
+		live[p.PID] = true
+	}
+	for _, p := range procs {
+		tasks, err := os.ReadDir(r.fs.pidPath(p.PID, "task"))
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			b, err := r.fs.read(r.fs.pidPath(p.PID, "task/"+t.Name()+"/children"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || live[pid] {
+					continue
+				}
+				sb, err := r.fs.read(r.fs.pidPath(pid, "stat"))
+				if err != nil {
+					continue
+				}
+				if a, ok := parseActivityStat(pid, sb); ok && a.Zombie() && a.PPID == p.PID {
+					live[pid] = true
+					dst = append(dst, a)
+				}
+			}
+		}
+	}
+	return dst
+}
+
+// Cmdline is /proc/PID/cmdline with NULs as spaces ("" for zombies and
+// processes that are gone).
+func (r *ActivityReader) Cmdline(pid int) string { return r.fs.cmdline(pid) }
+
+// IsLoaderWorker says whether a process looks like a data loader worker
+// of its parent: PyTorch names its DataLoader workers pt_data_worker; a
+// worker Python's multiprocessing forked has its parent's command line; one
+// it spawned runs multiprocessing.spawn.
+func IsLoaderWorker(comm, cmdline, parentComm, parentCmdline string) bool {
+	switch {
+	case strings.HasPrefix(comm, "pt_data_worker"):
+		return true
+	case isMultiprocessingChild(cmdline):
+		return true
+	case cmdline != "" && cmdline == parentCmdline && comm == parentComm:
+		return true // forked without exec
+	}
+	return false
+}
+
+// parseActivityStat reads state, ppid, utime, stime and starttime from
+// /proc/PID/stat, counting fields from the last ')'.
+func parseActivityStat(pid int, b []byte) (Activity, bool) {
+	a := Activity{PID: pid}
+	open := bytes.IndexByte(b, '(')
+	closeAt := bytes.LastIndexByte(b, ')')
+	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
+		return a, false
+	}
+	a.Comm = string(b[open+1 : closeAt])
+	rest := b[closeAt+2:]
+	// Fields after the comm, 0-based: 0 state, 1 ppid, 11 utime, 12 stime,
+	// 19 starttime.
+	field, start := 0, 0
+	for i := 0; i <= len(rest); i++ {
+		if i < len(rest) && rest[i] != ' ' && rest[i] != '\n' {
+			continue
+		}
+		f := rest[start:i]
+		start = i + 1
+		switch field {
+		case 0:
+			if len(f) > 0 {
+				a.State = f[0]
+			}
+		case 1:
+			a.PPID = int(procAtoi(f))
+		case 11, 12:
+			a.CPUTicks += procAtoi(f)
+		case 19:
+			a.Start = procAtoi(f)
+			return a, true
+		}
+		field++
+	}
+	return a, false
+}
+
+// parseIO sums rchar and wchar of /proc/PID/io.
+func parseIO(b []byte) uint64 {
+	var n uint64
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("rchar: ")); ok {
+			n += procAtoi(v)
+		} else if v, ok := bytes.CutPrefix(line, []byte("wchar: ")); ok {
+			n += procAtoi(v)
+		}
+	}
+	return n
+}

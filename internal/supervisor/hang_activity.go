@@ -1,0 +1,263 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/humanize"
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
+)
+
+// The hang watchdog's second signal. No step for the rhythm's limit is a
+// suspicion; what the job's process tree does over a short window confirms
+// it or not:
+//
+//   - idle: the tree used (almost) no CPU, read and wrote (almost) nothing,
+//     and its GPUs' memory did not move: hung, stopped at once;
+//   - dataloader: idle, and the main process has loader workers that are
+//     dead (gone, or zombies) or idle: hung, and the verdict says so;
+//   - working: busy (CPU, I/O or GPU memory moving): silent but working,
+//     left to run until hang max;
+//   - spinning: busy, but a process spins while another of the tree (not
+//     its root, not a loader worker) is blocked, with no I/O: a wait on a
+//     peer, as a rank in a collective whose peer is gone, or a lock. It
+//     gets hang max like work, unless py-spy's stacks of the busy process
+//     show a collective or a lock wait: then it is stopped at once.
+//
+// Every figure is from two readings a window apart (activityWindow).
+
+// Thresholds of the activity verdict.
+const (
+	// idleCPUShare: a tree that used less than this share of one CPU over
+	// the window is idle (an idle PyTorch process still wakes its threads
+	// now and then).
+	idleCPUShare = 0.05
+	// busyCPUShare: a process that used at least this share of one CPU is
+	// busy (as much as makes a tree not idle: on a loaded machine a spin
+	// gets little of a CPU); one that used no tick at all is blocked.
+	busyCPUShare = idleCPUShare
+	// idleIOPerSecond: less I/O than this per second is no progress.
+	idleIOPerSecond = 64 << 10
+	// gpuMemMoved: GPU memory that moved by more than this is GPU work.
+	gpuMemMoved = 64 << 20
+)
+
+// activityWindow is how long the tree is watched once the rhythm's limit
+// passed: a tenth of the limit, within 1 s and 10 s.
+func activityWindow(limit time.Duration) time.Duration {
+	return min(max(limit/10, time.Second), 10*time.Second)
+}
+
+// actKey identifies a process across pid reuse.
+type actKey struct {
+	pid   int
+	start uint64
+}
+
+// activitySnap is one reading of the tree.
+type activitySnap struct {
+	at    time.Time
+	root  int
+	procs []procfs.Activity
+	gpu   []gpu.Sample // nil: no GPU probe, or it failed
+}
+
+// activityWatch reads a job's activity and remembers its loader workers.
+// The watchdog goroutine of one attempt owns it.
+type activityWatch struct {
+	r       *procfs.ActivityReader
+	gpu     gpu.Probe // nil: none
+	now     func() time.Time
+	procs   []procfs.Proc
+	workers map[actKey]bool // loader workers seen alive in this attempt
+	known   map[actKey]bool // processes already looked at
+}
+
+func newActivityWatch(g gpu.Probe, now func() time.Time) *activityWatch {
+	if g != nil {
+		if ok, _ := g.Available(); !ok {
+			g = nil
+		}
+	}
+	return &activityWatch{r: procfs.NewActivityReader(""), gpu: g, now: now,
+		workers: map[actKey]bool{}, known: map[actKey]bool{}}
+}
+
+// track remembers the loader workers among the tree's processes, so that
+// one that is gone later still counts as a dead worker. It reads the
+// command lines of the processes it has not seen before only.
+func (w *activityWatch) track(p process) {
+	w.procs = p.Processes(w.procs[:0])
+	byPID := make(map[int]procfs.Proc, len(w.procs))
+	for _, q := range w.procs {
+		byPID[q.PID] = q
+	}
+	for _, q := range w.procs {
+		k := actKey{q.PID, q.Start}
+		if w.known[k] || q.Zombie() {
+			continue
+		}
+		w.known[k] = true
+		parent, ok := byPID[q.PPID]
+		if !ok {
+			continue
+		}
+		if procfs.IsLoaderWorker(q.Comm, w.r.Cmdline(q.PID), parent.Comm, w.r.Cmdline(parent.PID)) {
+			w.workers[k] = true
+		}
+	}
+}
+
+// snap reads the tree's counters and its GPUs' memory.
+func (w *activityWatch) snap(p process) activitySnap {
+	w.procs = p.Processes(w.procs[:0])
+	s := activitySnap{at: w.now(), root: p.PID(), procs: w.r.Read(nil, w.procs)}
+	s.procs = w.r.ZombieChildren(s.procs, w.procs)
+	if w.gpu != nil {
+		pids := make([]int, len(w.procs))
+		for i, q := range w.procs {
+			pids[i] = q.PID
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.gpu, _ = w.gpu.Sample(ctx, pids)
+		cancel()
+	}
+	return s
+}
+
+// judge is the verdict on the window between two readings. workers are
+// the loader workers seen alive in the attempt. It reads nothing.
+func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
+	window := s1.at.Sub(s0.at)
+	if window <= 0 {
+		window = time.Millisecond
+	}
+	act := record.HangActivity{WindowS: window.Seconds()}
+	for _, a := range s1.procs {
+		if !a.Zombie() {
+			act.Processes++
+		}
+	}
+	before := make(map[actKey]procfs.Activity, len(s0.procs))
+	for _, a := range s0.procs {
+		before[actKey{a.PID, a.Start}] = a
+	}
+	now := make(map[actKey]procfs.Activity, len(s1.procs))
+	comm := map[int]string{}
+	for _, a := range s1.procs {
+		now[actKey{a.PID, a.Start}] = a
+		comm[a.PID] = a.Comm
+	}
+	var ticks uint64
+	busyTicks := busyCPUShare * window.Seconds() * procfs.ClockTicks
+	var blockedPeers []int
+	busiest, busiestTicks := 0, uint64(0)
+	for _, a := range s1.procs {
+		b, ok := before[actKey{a.PID, a.Start}]
+		if !ok || a.Zombie() {
+			continue // new in the window, or dead: no rate to read
+		}
+		d := a.CPUTicks - min(a.CPUTicks, b.CPUTicks)
+		ticks += d
+		if a.IOKnown && b.IOKnown {
+			act.IOBytes += a.IOBytes - min(a.IOBytes, b.IOBytes)
+		}
+		switch {
+		case float64(d) >= busyTicks:
+			act.Busy = append(act.Busy, a.PID)
+			if d > busiestTicks {
+				busiest, busiestTicks = a.PID, d
+			}
+		case d == 0 && a.State != 'R':
+			act.Blocked = append(act.Blocked, a.PID)
+			if a.PID != s1.root && !workers[actKey{a.PID, a.Start}] && !strings.HasPrefix(a.Comm, "pt_data_worker") {
+				blockedPeers = append(blockedPeers, a.PID)
+			}
+		}
+	}
+	act.CPUS = float64(ticks) / procfs.ClockTicks
+	gpuBusy := false
+	if s0.gpu != nil && s1.gpu != nil {
+		var moved uint64
+		for _, g1 := range s1.gpu {
+			for _, g0 := range s0.gpu {
+				if g0.ID == g1.ID && !g0.Lost && !g1.Lost {
+					moved += max(g1.UsedBytes, g0.UsedBytes) - min(g1.UsedBytes, g0.UsedBytes)
+				}
+			}
+		}
+		act.GPUMemDeltaBytes = &moved
+		gpuBusy = moved > gpuMemMoved
+	}
+
+	// The loader workers: those seen alive, and zombies that are a
+	// worker's child of its parent's name.
+	dead, idleWorkers := 0, 0
+	counted := map[actKey]bool{}
+	for k := range workers {
+		counted[k] = true
+		a, ok := now[k]
+		switch {
+		case !ok || a.Zombie():
+			dead++
+		case slices.Contains(act.Blocked, a.PID):
+			idleWorkers++
+		}
+	}
+	for _, a := range s1.procs {
+		k := actKey{a.PID, a.Start}
+		if counted[k] || !a.Zombie() || a.PID == s1.root {
+			continue
+		}
+		if pc, ok := comm[a.PPID]; ok && (a.Comm == pc || strings.HasPrefix(a.Comm, "pt_data_worker")) {
+			counted[k] = true
+			dead++
+		}
+	}
+	act.Workers = len(counted)
+	act.WorkersDead = dead
+
+	figures := fmt.Sprintf("CPU %.2fs, I/O %s", act.CPUS, humanize.Bytes(act.IOBytes))
+	if act.GPUMemDeltaBytes != nil {
+		figures += ", GPU memory moved " + humanize.Bytes(*act.GPUMemDeltaBytes)
+	}
+	figures += fmt.Sprintf(" over %s in %d %s", fmtSeconds(act.WindowS), act.Processes, plural(act.Processes, "process", "processes"))
+	idleIO := float64(act.IOBytes) < idleIOPerSecond*window.Seconds()
+	idle := act.CPUS < idleCPUShare*window.Seconds() && idleIO && !gpuBusy
+	switch {
+	case idle && act.Workers > 0 && dead+idleWorkers > 0:
+		act.Verdict = "dataloader"
+		act.Detail = fmt.Sprintf("the main process waits idle on its %d loader %s (%d dead, %d idle): %s", act.Workers, plural(act.Workers, "worker", "workers"), dead, idleWorkers, figures)
+	case idle:
+		act.Verdict = "idle"
+		act.Detail = "idle: " + figures
+	case len(act.Busy) > 0 && len(blockedPeers) > 0 && idleIO && !gpuBusy:
+		act.Verdict = "spinning"
+		act.Detail = fmt.Sprintf("spinning: pid %d busy (%.2f CPU s) while pid %d (%s) is blocked: %s", busiest, float64(busiestTicks)/procfs.ClockTicks, blockedPeers[0], comm[blockedPeers[0]], figures)
+	default:
+		act.Verdict = "working"
+		act.Detail = "silent but working: " + figures
+	}
+	return act
+}
+
+// idleVerdict says whether a verdict confirms the hang at the rhythm's
+// limit: nothing in the tree moves.
+func idleVerdict(v string) bool { return v == "idle" || v == "dataloader" }
+
+// waitStacks matches py-spy stacks of a process that waits on a peer: in a
+// collective, or on a lock or a queue.
+var waitStacks = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|\bwait|acquire|recv`)
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
