@@ -448,6 +448,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 		return false
 	case m.sharedMemory != nil && *m.sharedMemory != v.SharedMemory:
 		return false
+	case m.worker != nil && *m.worker != inWorker(out):
+		return false
 	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
 		return false
 	case m.attempt != nil && !m.attempt.holds(out.Attempt):
@@ -459,6 +461,12 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 		}
 	}
 	return true
+}
+
+// inWorker reports whether the failure was in a DataLoader worker: the log
+// said so (Verdict.Requester).
+func inWorker(out Outcome) bool {
+	return out.Verdict.Requester == classify.RequesterDataLoaderWorker
 }
 
 func (b backoff) wait(n int, r float64) time.Duration {

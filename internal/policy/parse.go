@@ -490,7 +490,7 @@ func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
 	var buildKey, shmKey *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "rank", "attempt", "peak") {
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "worker", "rank", "attempt", "peak") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -530,6 +530,9 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			b := w.boolean(f.val, what+" shared_memory")
 			m.sharedMemory = &b
 			shmKey = f.key
+		case "worker":
+			b := w.boolean(f.val, what+" worker")
+			m.worker = &b
 		case "rank":
 			if f.val.Kind == yaml.SequenceNode {
 				for _, c := range f.val.Content {

@@ -203,6 +203,10 @@ type match struct {
 	otherProcesses *bool
 	build          *bool // Verdict.Build: a compiler killed building an extension (host_oom)
 	sharedMemory   *bool // the host memory that ran out is /dev/shm (Verdict.SharedMemory)
+	// worker: the failure was in a DataLoader worker (the log said so:
+	// Verdict.Requester), or, for a host OOM, the sampler saw the workers
+	// hold most of the memory (Outcome.HostHeld).
+	worker *bool
 	ranks          []int
 	attempt        *comparison
 	peaks          []peakCond
