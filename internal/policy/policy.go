@@ -206,10 +206,10 @@ type match struct {
 	// worker: the failure was in a DataLoader worker (the log said so:
 	// Verdict.Requester), or, for a host OOM, the sampler saw the workers
 	// hold most of the memory (Outcome.HostHeld).
-	worker *bool
-	ranks          []int
-	attempt        *comparison
-	peaks          []peakCond
+	worker  *bool
+	ranks   []int
+	attempt *comparison
+	peaks   []peakCond
 }
 
 type comparison struct {
