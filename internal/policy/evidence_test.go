@@ -112,3 +112,71 @@ budget: {relaunches: 5, per_kind: {cpu_alloc_oom: 5}}
 		t.Errorf("in a worker: %s", d.Describe())
 	}
 }
+
+// After a host OOM labelled validation, the sampler's evidence that the
+// workers held the memory wins over the validation rule, and the decision
+// says so; with the main process holding it, the phase's rule fires.
+func TestEvidenceOverLabels(t *testing.T) {
+	p := mustParse(t, `version: 1
+knobs:
+  workers: {flag: --workers}
+  crop: {env: CROP}
+rules:
+  - name: val-host
+    when: {kind: host_oom, phase: val}
+    steps: [{halve: crop}]
+  - name: host-oom
+    when: {kind: host_oom}
+    steps: [{cut_workers: workers}]
+budget: {relaunches: 5, per_kind: {host_oom: 5}}
+`)
+	st := NewState(Values{"workers": Text("4"), "crop": Text("512")})
+	out := Outcome{Attempt: 1, Exit: classify.Exit{Signal: 9}, Verdict: classify.Verdict{Kind: classify.KindHostOOM, Phase: classify.PhaseVal}}
+	if d := p.Decide(st, out); d.Rule != "val-host" {
+		t.Errorf("no evidence: %s, want the label's rule", d.Describe())
+	}
+	const gib = 1 << 30
+	out.Host = &HostMemory{Main: gib / 4, Workers: 1535 * (1 << 20), Limit: 1525 * (1 << 20)}
+	d := p.Decide(st, out)
+	want := "rule host-oom step 1: workers 4→2; workers held 1.50 of 1.49 GiB: the evidence wins over rule val-host (when: phase val, kind host_oom)"
+	if d.Rule != "host-oom" || !strings.HasPrefix(d.Describe(), want+";") {
+		t.Errorf("workers held it:\n got %s\nwant %s", d.Describe(), want)
+	}
+	out.Host = &HostMemory{Main: gib, Workers: gib / 8, Limit: 2 * gib}
+	if d := p.Decide(st, out); d.Rule != "val-host" || !strings.Contains(d.Describe(), "the main process held 1.00 of 2.00 GiB") {
+		t.Errorf("the main process held it: %s", d.Describe())
+	}
+	// No clear holder: the label decides, and nothing is claimed.
+	out.Host = &HostMemory{Main: gib, Workers: gib, Limit: 2 * gib}
+	if d := p.Decide(st, out); d.Rule != "val-host" || strings.Contains(d.Describe(), "held") {
+		t.Errorf("no clear holder: %s", d.Describe())
+	}
+	// worker: true holds on the evidence too.
+	q := mustParse(t, "version: 1\nknobs:\n  workers: {flag: --workers}\nrules:\n  - name: w\n    when: {worker: true}\n    steps: [{cut_workers: workers}]\n")
+	out.Host = &HostMemory{Main: 1, Workers: gib, Limit: gib}
+	if d := q.Decide(NewState(Values{"workers": Text("4")}), out); d.Rule != "w" {
+		t.Errorf("worker: true on the evidence: %s", d.Describe())
+	}
+}
+
+// Under a host ceiling (RLIMIT_DATA here) fit reads the ceiling and the
+// phase's figures, where it used to halve for want of a total.
+func TestFitUnderHostCeiling(t *testing.T) {
+	p := mustParse(t, "version: 1\nknobs:\n  bs: {flag: --bs}\nrules:\n  - name: r\n    steps: [{fit: bs}]\nbudget: {relaunches: 5, per_kind: {cpu_alloc_oom: 5}}\n")
+	const mib = 1 << 20
+	out := Outcome{Attempt: 1, Exit: classify.Exit{Code: 1}, Verdict: classify.Verdict{Kind: classify.KindCPUAllocOOM, Phase: classify.PhaseTrain,
+		OOM: &classify.OOM{RequestedBytes: ptr(int64(1024 * mib))}}}
+	st := NewState(Values{"bs": Text("1024")})
+	if d := p.Decide(st, out); !strings.Contains(d.Describe(), "bs 1024→512") || !strings.Contains(d.Describe(), "no host memory ceiling was found") {
+		t.Errorf("without a ceiling: %s", d.Describe())
+	}
+	// 1 GiB asked at batch 1024 on top of 600 MiB in use when training
+	// began, under 1000 MiB: 1 MiB per sample, 300 MiB free after the
+	// headroom → 300.
+	out.Host = &HostMemory{Ceiling: 1000 * mib, CeilingFrom: "RLIMIT_DATA", Last: 600 * mib,
+		Starts: map[classify.Phase]int64{classify.PhaseTrain: 600 * mib}, Peaks: map[classify.Phase]int64{classify.PhaseTrain: 600 * mib}}
+	d := p.Decide(st, out)
+	if !strings.Contains(d.Describe(), "bs 1024→300") || !strings.Contains(d.Describe(), "1000 MiB of RLIMIT_DATA") {
+		t.Errorf("under RLIMIT_DATA: %s", d.Describe())
+	}
+}
