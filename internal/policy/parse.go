@@ -289,7 +289,7 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 		w.checkpoints(f.val, &p.ckpt, p)
 	}
 	if f, ok := byName["memo"]; ok {
-		p.memo = w.boolean(f.val, "memo")
+		w.memoSpec(f.val, p)
 	}
 	if f, ok := byName["slurm"]; ok {
 		w.slurmSpec(f.val, &p.slurm)

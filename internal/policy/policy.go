@@ -42,8 +42,9 @@ type Policy struct {
 	slurm       Slurm
 	notify      Notify
 	memo        bool
-	hang        *Hang  // nil: no hang: section, no stall watchdog
-	exitCodes   string // exit_codes: "", "job" or "scheduler"
+	memoIgnore  []string // memo: {ignore: [...]}: flags and keys the memo's key leaves out
+	hang        *Hang    // nil: no hang: section, no stall watchdog
+	exitCodes   string   // exit_codes: "", "job" or "scheduler"
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

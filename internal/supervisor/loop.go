@@ -242,6 +242,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		if l.memoOn() {
 			hs.add(memoHook{l})
 		}
+		hs.add(&hostMemHook{l: l}) // policy.Outcome.Host (hostmem.go)
 	}
 	hs.add(&rejectionHook{})
 	hs.add(&oomGraceHook{l: l})
