@@ -244,7 +244,7 @@ func memoMissWhy(m memo, pol *policy.Policy, argv []string, device string) strin
 	id := policyIdentity(pol)
 	left := ""
 	if len(masked) > 0 {
-		left = fmt.Sprintf(" (the key leaves out %s)", strings.Join(masked, ", "))
+		left = fmt.Sprintf("; the key leaves out %s", strings.Join(masked, ", "))
 	}
 	var other string
 	for _, e := range m.Entries {
@@ -275,7 +275,17 @@ func firstDifference(a, b []string) string {
 // memoStartingLine is what a run that starts from the memo says.
 func memoStartingLine(e memoEntry, wd string) string {
 	return fmt.Sprintf("memo: starting from the memo with %s, what run %s ended with on %s on %s (the command gives %s); --no-memo starts from the command's own values",
-		describeValues(e.To), displayPath(e.Run, wd), e.At.Format(time.DateTime), e.Device, describeValues(e.From))
+		describeValues(e.To), displayPath(e.Run, wd), e.At.Format(time.DateTime), e.Device, memoFromWords(e.From))
+}
+
+// memoFromWords is the command's own values as an entry keeps them, an
+// unset knob as "unset".
+func memoFromWords(from policy.Values) string {
+	parts := make([]string, 0, len(from))
+	for _, k := range slices.Sorted(maps.Keys(from)) {
+		parts = append(parts, k+"="+memoShow(from[k], from[k] != (policy.Value{})))
+	}
+	return strings.Join(parts, " ")
 }
 
 // memoRememberedLine is what a run that kept its values in the memo says.
