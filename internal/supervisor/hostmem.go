@@ -29,6 +29,7 @@ type hostMemHook struct {
 
 	mu      sync.Mutex
 	pid     int
+	slurm   uint64 // Slurm's --mem in bytes (0: none)
 	ceiling procfs.Ceiling
 	phase   classify.Phase
 	starts  map[classify.Phase]int64
@@ -57,11 +58,12 @@ func (h *hostMemHook) started(a *attemptRun, p process) {
 	c, err := procfs.ReadCeiling("/proc", p.PID(), slurm)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.pid = p.PID()
+	h.pid, h.slurm = p.PID(), slurm
 	if err == nil {
 		h.ceiling = c
 	}
-	h.sample(true)
+	// No reading now: the process may still be a wrapper that has not
+	// exec'd the job (its data segment is not the job's).
 }
 
 func (h *hostMemHook) event(a *attemptRun, ev classify.Event) {
@@ -70,8 +72,25 @@ func (h *hostMemHook) event(a *attemptRun, ev classify.Event) {
 	switch ev.Type {
 	case classify.EventPhase:
 		h.phase = ev.Phase
+		if h.pid != 0 {
+			// Again: a wrapper (sh -c 'ulimit -d ...; exec ...') sets the
+			// limit after the process started.
+			if c, err := procfs.ReadCeiling("/proc", h.pid, h.slurm); err == nil {
+				h.ceiling = c
+			}
+		}
 		h.sample(true)
 	case classify.EventStep:
+		h.sample(false)
+	case classify.EventFailure:
+		// The last reading: what was in use when the request failed (a
+		// refused allocation adds nothing), the job still alive.
+		if h.ceiling.Kind == "" && h.pid != 0 {
+			if c, err := procfs.ReadCeiling("/proc", h.pid, h.slurm); err == nil {
+				h.ceiling = c
+			}
+		}
+		h.read = time.Time{}
 		h.sample(false)
 	}
 }
