@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -178,5 +179,48 @@ func TestFitUnderHostCeiling(t *testing.T) {
 	d := p.Decide(st, out)
 	if !strings.Contains(d.Describe(), "bs 1024→300") || !strings.Contains(d.Describe(), "1000 MiB of RLIMIT_DATA") {
 		t.Errorf("under RLIMIT_DATA: %s", d.Describe())
+	}
+}
+
+// docs/policy.md quotes an evidence decision and a fit under RLIMIT_DATA;
+// they are what Decide says for these outcomes.
+func TestDocQuotesHostDecisions(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	p := mustParse(t, `version: 1
+knobs:
+  batch_size: {flag: --batch-size}
+  workers: {flag: --workers}
+rules:
+  - name: val-host
+    when: {kind: host_oom, phase: val}
+    steps: [{halve: batch_size}]
+  - name: host-oom
+    when: {kind: host_oom}
+    steps: [{cut_workers: workers}]
+  - name: train-oom
+    when: {kind: cpu_alloc_oom}
+    steps: [{fit: batch_size}]
+budget: {relaunches: 5, per_kind: {host_oom: 5, cpu_alloc_oom: 5}}
+backoff: {initial: 0s}
+`)
+	st := NewState(Values{"batch_size": Text("4096"), "workers": Text("4")})
+	ev := p.Decide(st, Outcome{Attempt: 1, Exit: classify.Exit{Signal: 9},
+		Verdict: classify.Verdict{Kind: classify.KindHostOOM, Phase: classify.PhaseVal},
+		Host:    &HostMemory{Main: 256 * mib, Workers: 1535 * mib, Limit: 1525 * mib}})
+	fit := p.Decide(st, Outcome{Attempt: 1, Exit: classify.Exit{Code: 1},
+		Verdict: classify.Verdict{Kind: classify.KindCPUAllocOOM, OOM: &classify.OOM{RequestedBytes: ptr(int64(1 << 30))}},
+		Host: &HostMemory{Ceiling: 618 * mib, CeilingFrom: "RLIMIT_DATA", Last: 142 * mib,
+			Starts: map[classify.Phase]int64{classify.PhaseNone: 142 * mib}}})
+	for _, line := range []string{
+		"attempt 1 died of host OOM in validation → " + ev.Describe(),
+		fit.Describe(),
+	} {
+		if !strings.Contains(string(doc), "\n"+line+"\n") {
+			t.Errorf("docs/policy.md does not quote, on a line of its own:\n%s", line)
+		}
 	}
 }
