@@ -61,6 +61,15 @@ func (a *fitAction) numericKnobs() []string {
 // unknown) and the phase's measured peak (0: unknown).
 type fitFigures struct {
 	total, inUse, req, start, peak float64
+	from                           string // where the ceiling comes from, for host memory ("RLIMIT_DATA"); "" for the GPU
+}
+
+// of is the ceiling in words: "4.00 GiB" or "4.00 GiB of RLIMIT_DATA".
+func (f fitFigures) of() string {
+	if f.from == "" {
+		return humanize.Size(int64(f.total))
+	}
+	return humanize.Size(int64(f.total)) + " of " + f.from
 }
 
 // figuresOf reads the figures of out, or says why they cannot be used.
@@ -69,7 +78,13 @@ func figuresOf(out *Outcome) (fitFigures, string) {
 		return fitFigures{}, "no out-of-memory figures yet"
 	}
 	o := out.Verdict.OOM
+	if f, ok := hostFigures(out); ok {
+		return f, ""
+	}
 	if o == nil || o.TotalBytes == nil || o.RequestedBytes == nil || *o.TotalBytes <= 0 || *o.RequestedBytes <= 0 {
+		if k := out.Verdict.Kind; k == classify.KindCPUAllocOOM || k == classify.KindHostOOM {
+			return fitFigures{}, "no host memory ceiling was found (no RLIMIT_DATA or RLIMIT_AS, memory cgroup limit or Slurm --mem below the machine's RAM) and no phase's use of it measured"
+		}
 		return fitFigures{}, "the error gave no total and requested memory"
 	}
 	f := fitFigures{total: float64(*o.TotalBytes), req: float64(*o.RequestedBytes)}
@@ -94,6 +109,38 @@ func figuresOf(out *Outcome) (fitFigures, string) {
 		f.peak = pk * f.total
 	}
 	return f, ""
+}
+
+// hostFigures are the figures of a host or CPU-allocator OOM: the ceiling
+// that applies to the job (Outcome.Host: an rlimit, the memory cgroup's
+// limit, Slurm's --mem), the request the allocator's message gave (none
+// for a kill), what was in use at the last reading before the failure, and
+// the failing phase's first and highest readings, all counted as the
+// ceiling counts. false when there is no ceiling or no reading of the
+// failing phase.
+func hostFigures(out *Outcome) (fitFigures, bool) {
+	h, k := out.Host, out.Verdict.Kind
+	if h == nil || h.Ceiling <= 0 || k != classify.KindCPUAllocOOM && k != classify.KindHostOOM {
+		return fitFigures{}, false
+	}
+	ph := out.Verdict.Phase
+	f := fitFigures{total: float64(h.Ceiling), from: h.CeilingFrom, inUse: float64(h.Last),
+		start: float64(h.Starts[ph]), peak: float64(h.Peaks[ph])}
+	if o := out.Verdict.OOM; o != nil && o.RequestedBytes != nil && *o.RequestedBytes > 0 {
+		f.req = float64(*o.RequestedBytes)
+	}
+	if f.inUse <= 0 {
+		f.inUse = f.peak
+	}
+	if f.inUse <= 0 || f.req <= 0 && f.peak <= 0 {
+		return fitFigures{}, false
+	}
+	if f.req <= 0 && k == classify.KindHostOOM {
+		// A kill gives no request: the job died at the ceiling, so the
+		// growth seen runs up to it.
+		f.peak = max(f.peak, f.total)
+	}
+	return f, true
 }
 
 // FitSeen is what one failed attempt's figures said about the memory its
@@ -186,12 +233,14 @@ func (a *fitAction) estimate(out *Outcome, v float64) (float64, string, string) 
 	if f.peak > need {
 		need, used = f.peak, "the measured peak"
 	}
-	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), humanize.Size(int64(f.total)), pct(*a.headroom))
+	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), f.of(), pct(*a.headroom))
 	val := formatNumber(v, v == math.Trunc(v))
 	if need <= ceiling {
 		return 0, "", fmt.Sprintf("%s needed at least %s, within %s: the figures do not explain the failure", val, humanize.Size(int64(need)), under)
 	}
-	if f.start <= 0 || f.start >= f.inUse {
+	// On the host the phase's first reading may be its last before the
+	// failure (the first step's request failed): what grew is the request.
+	if f.start <= 0 || f.from == "" && f.start >= f.inUse || f.start >= need {
 		return a.estimateNoStart(out, f, v)
 	}
 	units, per := a.units(v), "per unit"
@@ -286,7 +335,7 @@ func (a *fitAction) estimateNoStart(out *Outcome, f fitFigures, v float64) (floa
 	}
 	ceiling := total * (1 - *a.headroom)
 	need := inUse + req
-	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), humanize.Size(int64(total)), pct(*a.headroom))
+	under := fmt.Sprintf("the %s ceiling (%s less %s headroom)", humanize.Size(int64(ceiling)), f.of(), pct(*a.headroom))
 	figures := fmt.Sprintf("%s needed at least %s (%s %s + the %s request), over %s",
 		formatNumber(v, v == math.Trunc(v)), humanize.Size(int64(need)), humanize.Size(int64(inUse)), used, humanize.Size(int64(req)), under)
 	units, per := a.units(v), "per unit"
@@ -303,7 +352,7 @@ func (a *fitAction) estimateNoStart(out *Outcome, f fitFigures, v float64) (floa
 		// A request at least as large as all PyTorch held before it cannot
 		// have been preceded by another like it: what was in use is then
 		// mostly fixed, and the estimate is taken even below half.
-		big := o.AllocatedBytes != nil && req >= float64(*o.AllocatedBytes)
+		big := o != nil && o.AllocatedBytes != nil && req >= float64(*o.AllocatedBytes)
 		switch {
 		case fixed > next:
 			next, why = fixed, "that estimate"

@@ -11,6 +11,9 @@ type occurrence struct {
 	prefix string // text before the value in that word ("--bs=", "+batch="), "" when the value is a word of its own
 	value  string
 	bare   bool // a flag given without a value
+	// flag is the flag as the command spells it ("-b" where the knob's
+	// first flag is --batch-size), for messages; "" for a key=value word.
+	flag string
 }
 
 // findFlag returns every place argv sets one of the flags, as "--flag
@@ -26,13 +29,16 @@ func findFlag(argv []string, flags []string) []occurrence {
 			switch {
 			case w == f:
 				if i+1 >= len(argv) || isFlagWord(argv[i+1]) {
-					occ = append(occ, occurrence{idx: i, prefix: f + "=", value: "true", bare: true})
+					occ = append(occ, occurrence{idx: i, prefix: f + "=", value: "true", bare: true, flag: f})
 					break
 				}
-				occ = append(occ, occurrence{idx: i + 1, value: argv[i+1]})
+				occ = append(occ, occurrence{idx: i + 1, value: argv[i+1], flag: f})
 				i++
 			case strings.HasPrefix(w, f+"="):
-				occ = append(occ, occurrence{idx: i, prefix: f + "=", value: w[len(f)+1:]})
+				occ = append(occ, occurrence{idx: i, prefix: f + "=", value: w[len(f)+1:], flag: f})
+			case isShortFlag(f) && len(w) > len(f) && strings.HasPrefix(w, f):
+				// argparse's attached short form: -b16 is -b 16.
+				occ = append(occ, occurrence{idx: i, prefix: f, value: w[len(f):], flag: f})
 			default:
 				continue
 			}
@@ -40,6 +46,12 @@ func findFlag(argv []string, flags []string) []occurrence {
 		}
 	}
 	return occ
+}
+
+// isShortFlag reports whether f is a one-letter flag ("-b"), which argparse
+// also takes with its value attached ("-b16").
+func isShortFlag(f string) bool {
+	return len(f) == 2 && f[0] == '-' && f[1] != '-'
 }
 
 // isFlagWord reports whether w looks like a flag rather than a value: it

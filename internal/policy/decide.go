@@ -51,6 +51,12 @@ type Outcome struct {
 	// at most a few. When one names a knob the last relaunch changed, the
 	// run gives up and says which knob, and where the policy defines it.
 	Rejections []string
+	// Host is what the supervisor measured of the job's host memory: the
+	// ceiling that applies, the phases' use of it, and what held the
+	// memory when the job died (nil: nothing measured). After a host OOM
+	// the rules follow what held the memory (see Decide); fit reads the
+	// ceiling and the phases' figures after a host or CPU-allocator OOM.
+	Host *HostMemory
 	// SlurmMem is the Slurm job's memory request (nil outside Slurm, or
 	// when the job has none): raise_slurm_mem raises it.
 	SlurmMem *SlurmMem
@@ -232,6 +238,9 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 	st = st.clone()
 	d = Decision{State: st}
 	defer func() {
+		if ev, ok := evidenceOf(out.Verdict.Kind, out); ok && d.Verb == GiveUp {
+			d.Reason += "; " + ev.words
+		}
 		if d.Verb == GiveUp && out.Verdict.SharedMemory {
 			d.Reason += "; /dev/shm is too small for the job as it is: give it a larger one (docker run --shm-size, or --ipc=host; on Kubernetes an emptyDir with medium: Memory mounted at /dev/shm), which gpuguard cannot do"
 		}
@@ -299,7 +308,25 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 	var floors []string
 	var causes []string // steps passed over: their change was not the cause
 	matched := 0
-	for _, r := range p.rules {
+	// Evidence over labels: after a host OOM, the rules that agree with
+	// what held the memory (the sampler's attribution by role) are tried
+	// first, whatever their when: says of the phase.
+	ev, haveEv := evidenceOf(kind, out)
+	rules := p.rules
+	if haveEv {
+		rules = make([]*rule, 0, len(p.rules))
+		for _, r := range p.rules {
+			if ev.fits(r) {
+				rules = append(rules, r)
+			}
+		}
+		for _, r := range p.rules {
+			if !ev.fits(r) {
+				rules = append(rules, r)
+			}
+		}
+	}
+	for _, r := range rules {
 		if !r.when.matches(kind, out) {
 			continue
 		}
@@ -342,6 +369,9 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 				st.NoProgress++
 			}
 			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
+			if haveEv {
+				causes = append([]string{p.evidenceNote(ev, r, kind, out)}, causes...)
+			}
 			d.Note = strings.Join(causes, "; ")
 			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
 			st.Relaunches++
@@ -465,6 +495,8 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 		return false
 	case m.sharedMemory != nil && *m.sharedMemory != v.SharedMemory:
 		return false
+	case m.worker != nil && *m.worker != inWorker(out):
+		return false
 	case m.ranks != nil && (v.Rank == nil || !slices.Contains(m.ranks, *v.Rank)):
 		return false
 	case m.attempt != nil && !m.attempt.holds(out.Attempt):
@@ -478,6 +510,17 @@ func (m match) matches(kind classify.Kind, out Outcome) bool {
 		}
 	}
 	return true
+}
+
+// inWorker reports whether the failure was in a DataLoader worker: the log
+// said so (Verdict.Requester), or, after a host OOM, the memory sampler saw
+// the workers hold most of the memory.
+func inWorker(out Outcome) bool {
+	if out.Verdict.Requester == classify.RequesterDataLoaderWorker {
+		return true
+	}
+	ev, ok := evidenceOf(out.Verdict.Kind, out)
+	return ok && ev.role == heldWorkers
 }
 
 func (b backoff) wait(n int, r float64) time.Duration {

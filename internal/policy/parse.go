@@ -301,7 +301,7 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 		w.verifySpec(f.val, p)
 	}
 	if f, ok := byName["memo"]; ok {
-		p.memo = w.boolean(f.val, "memo")
+		w.memoSpec(f.val, p)
 	}
 	if f, ok := byName["slurm"]; ok {
 		w.slurmSpec(f.val, &p.slurm)
@@ -502,7 +502,7 @@ func (w *walker) match(n *yaml.Node, what string) match {
 	var m match
 	var buildKey, shmKey *yaml.Node
 	what += ": when"
-	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "rank", "attempt", "peak", "stall") {
+	for _, f := range w.mapping(n, what, "kind", "phase", "fragmentation", "other_processes", "build", "shared_memory", "worker", "rank", "attempt", "peak", "stall") {
 		switch f.name {
 		case "kind":
 			for _, s := range w.strList(f.val, what+" kind") {
@@ -542,6 +542,9 @@ func (w *walker) match(n *yaml.Node, what string) match {
 			b := w.boolean(f.val, what+" shared_memory")
 			m.sharedMemory = &b
 			shmKey = f.key
+		case "worker":
+			b := w.boolean(f.val, what+" worker")
+			m.worker = &b
 		case "rank":
 			if f.val.Kind == yaml.SequenceNode {
 				for _, c := range f.val.Content {

@@ -42,9 +42,10 @@ type Policy struct {
 	slurm       Slurm
 	notify      Notify
 	memo        bool
-	hang        *Hang  // nil: no hang: section, no stall watchdog
-	exitCodes   string // exit_codes: "", "job" or "scheduler"
-	unapplied   string // verify.unapplied: "" (give_up) or a mode (verify.go)
+	memoIgnore  []string // memo: {ignore: [...]}: flags and keys the memo's key leaves out
+	hang        *Hang    // nil: no hang: section, no stall watchdog
+	exitCodes   string   // exit_codes: "", "job" or "scheduler"
+	unapplied   string   // verify.unapplied: "" (give_up) or a mode (verify.go)
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.
@@ -204,10 +205,14 @@ type match struct {
 	otherProcesses *bool
 	build          *bool // Verdict.Build: a compiler killed building an extension (host_oom)
 	sharedMemory   *bool // the host memory that ran out is /dev/shm (Verdict.SharedMemory)
-	ranks          []int
-	attempt        *comparison
-	peaks          []peakCond
-	stalls         []string // Verdict.Stall (hang.go)
+	// worker: the failure was in a DataLoader worker (the log said so:
+	// Verdict.Requester), or, for a host OOM, the sampler saw the workers
+	// hold most of the memory (Outcome.HostHeld).
+	worker  *bool
+	ranks   []int
+	attempt *comparison
+	peaks   []peakCond
+	stalls  []string // Verdict.Stall (hang.go)
 }
 
 type comparison struct {

@@ -17,7 +17,7 @@ func TestSharedMemoryParseErrors(t *testing.T) {
 		{"never holds for the kinds given", "version: 1\nrules:\n  - name: r\n    when: {kind: [gpu_oom, cpu_alloc_oom], shared_memory: true}\n    steps: [{retry: true}]\n",
 			`f.yaml:4:44: rule r: when: shared_memory: true matches only host_oom (the shared memory of /dev/shm), and kind is [gpu_oom, cpu_alloc_oom]: add host_oom to kind or drop shared_memory`},
 		{"a misspelling is named", "version: 1\nrules:\n  - name: r\n    when: {kind: host_oom, shared_mem: true}\n    steps: [{retry: true}]\n",
-			`f.yaml:4:28: rule r: when: unknown key "shared_mem" (did you mean "shared_memory"?); allowed: kind, phase, fragmentation, other_processes, build, shared_memory, rank, attempt, peak, stall`},
+			`f.yaml:4:28: rule r: when: unknown key "shared_mem" (did you mean "shared_memory"?); allowed: kind, phase, fragmentation, other_processes, build, shared_memory, worker, rank, attempt, peak, stall`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("f.yaml", []byte(tc.src))

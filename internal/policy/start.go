@@ -293,7 +293,8 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 		case whereFlag:
 			if occ := findFlag(l.Argv, k.flags); len(occ) > 0 {
 				setOccurrences(l.Argv, occ, v.String())
-				l.Notes = append(l.Notes, fmt.Sprintf("%s: %s %s → %s", k.name, k.flags[0], old, k.show(v, true)))
+				// In the command's own spelling: -b where it said -b.
+				l.Notes = append(l.Notes, fmt.Sprintf("%s: %s %s → %s", k.name, occ[len(occ)-1].flag, old, k.show(v, true)))
 			} else {
 				l.Argv = append(l.Argv, k.flags[0], v.String())
 				l.Notes = append(l.Notes, fmt.Sprintf("%s: appended %s %s (the command did not set it; it was %s)", k.name, k.flags[0], v.String(), old))

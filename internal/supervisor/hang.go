@@ -175,14 +175,20 @@ func (w *stallWatch) evidence(attempt int) record.Hang {
 	}
 }
 
-// mark makes a stopped attempt's verdict a hang. A failure the classifier
-// recognised as memory stands: the job printed why it stopped progressing.
+// mark makes a stopped attempt's verdict a hang, even when the job printed
+// an error earlier (a worker's MemoryError, then workers that never
+// return): the watchdog stopped it, so a hang rule decides; the error is
+// kept in the reason.
 func (w *stallWatch) mark(v *classify.Verdict) {
-	if !w.hung.Load() || isMemory(v.Kind) {
+	if !w.hung.Load() {
 		return
 	}
+	if v.Kind != classify.KindNone && v.Kind != "" && v.Kind != classify.KindHang {
+		v.Reason = "no progress within the job's rhythm (hang:), after " + string(v.Kind) + " printed earlier"
+	} else {
+		v.Reason = "no progress within the job's rhythm (hang:)"
+	}
 	v.Kind = classify.KindHang
-	v.Reason = "no progress within the job's rhythm (hang:)"
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stall.Verdict != "" {

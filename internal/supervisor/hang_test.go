@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -130,9 +131,11 @@ func TestStallEvidence(t *testing.T) {
 	if v.Kind != classify.KindHang {
 		t.Errorf("hung, but the verdict is %s", v.Kind)
 	}
-	v = classify.Verdict{Kind: classify.KindGPUOOM}
+	// An error printed before the watchdog stopped the job does not win:
+	// the hang rule decides.
+	v = classify.Verdict{Kind: classify.KindCPUAllocOOM, Requester: classify.RequesterDataLoaderWorker}
 	w.mark(&v)
-	if v.Kind != classify.KindGPUOOM {
-		t.Errorf("an OOM became %s", v.Kind)
+	if v.Kind != classify.KindHang || !strings.Contains(v.Reason, "cpu_alloc_oom printed earlier") {
+		t.Errorf("an earlier OOM: %s (%s), want hang", v.Kind, v.Reason)
 	}
 }

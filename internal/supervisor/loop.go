@@ -246,6 +246,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 			hs.add(memoHook{l})
 		}
 		hs.add(newVerifyHook(l))
+		hs.add(&hostMemHook{l: l}) // policy.Outcome.Host (hostmem.go)
 	}
 	hs.add(&rejectionHook{})
 	hs.add(&oomGraceHook{l: l})

@@ -176,7 +176,8 @@ func (l *loop) memoEntryKey() (key, device string) {
 		g := gpu.Open(l.pjob.Env, nil)
 		l.memoDev = memoDevice(g.Devices())
 		g.Close()
-		l.memoKey = memoKey(policyIdentity(l.pol), l.pol.WithoutResume(l.cfg.Argv), l.memoDev)
+		cmd, _ := l.pol.MemoCommand(l.cfg.Argv)
+		l.memoKey = memoKey(policyIdentity(l.pol), cmd, l.memoDev)
 	}
 	return l.memoKey, l.memoDev
 }
@@ -200,15 +201,22 @@ func (l *loop) applyMemo(status *Status) {
 	if err != nil {
 		status.Printf("warning: memo not used: %v", err)
 	}
-	key, _ := l.memoEntryKey()
+	key, device := l.memoEntryKey()
 	e, ok := m.Entries[key]
 	if !ok {
+		if l.cfg.Memo == "on" {
+			// Asked for by name: say why it did not apply.
+			status.Printf("memo: not used: %s", memoMissWhy(m, l.pol, l.cfg.Argv, device))
+		}
 		return
 	}
 	vals := l.state.Policies.Values
-	for k, v := range e.From {
-		if cur, has := vals[k]; !has && !v.Null || has && cur != v {
-			status.Printf("memo: not used: the command's %s is %s, the memo's values were learned from %s", k, cur.String(), v.String())
+	for _, k := range slices.Sorted(maps.Keys(e.From)) {
+		v := e.From[k]
+		// An unset knob is kept as the zero value: it matches a command
+		// that leaves the knob unset too.
+		if cur, has := vals[k]; !has && v != (policy.Value{}) || has && cur != v {
+			status.Printf("memo: not used: the command's %s is %s, the memo's values were learned from %s", k, memoShow(cur, has), memoShow(v, v != (policy.Value{})))
 			return
 		}
 	}
@@ -218,10 +226,68 @@ func (l *loop) applyMemo(status *Status) {
 	status.Printf("%s", memoStartingLine(e, l.wd))
 }
 
+// memoShow is a knob's value in a memo message: "unset" for none.
+func memoShow(v policy.Value, has bool) string {
+	switch {
+	case !has:
+		return "unset"
+	case v.Null:
+		return "null"
+	}
+	return v.Text
+}
+
+// memoMissWhy says why the memo has no entry for this run: an entry for
+// the same command learned on another device, or for the same policy and
+// device with another command (naming the first word that differs), or
+// none at all.
+func memoMissWhy(m memo, pol *policy.Policy, argv []string, device string) string {
+	cmd, masked := pol.MemoCommand(argv)
+	id := policyIdentity(pol)
+	left := ""
+	if len(masked) > 0 {
+		left = fmt.Sprintf("; the key leaves out %s", strings.Join(masked, ", "))
+	}
+	var other string
+	for _, e := range m.Entries {
+		switch {
+		case e.Policy != id:
+		case slices.Equal(e.Command, cmd) && e.Device != device:
+			return fmt.Sprintf("its values for this command were learned on %s, and this run is on %s%s", e.Device, device, left)
+		case e.Device == device && other == "":
+			other = firstDifference(e.Command, cmd)
+		}
+	}
+	if other != "" {
+		return fmt.Sprintf("nothing remembered for this command on %s; the memo has values for this policy with another command (%s)%s", device, other, left)
+	}
+	return fmt.Sprintf("nothing remembered yet for this command under this policy on %s%s", device, left)
+}
+
+// firstDifference names the first word in which command b differs from a.
+func firstDifference(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("word %d is %q there, %q here", i+1, a[i], b[i])
+		}
+	}
+	return fmt.Sprintf("%d words there, %d here", len(a), len(b))
+}
+
 // memoStartingLine is what a run that starts from the memo says.
 func memoStartingLine(e memoEntry, wd string) string {
 	return fmt.Sprintf("memo: starting from the memo with %s, what run %s ended with on %s on %s (the command gives %s); --no-memo starts from the command's own values",
-		describeValues(e.To), displayPath(e.Run, wd), e.At.Format(time.DateTime), e.Device, describeValues(e.From))
+		describeValues(e.To), displayPath(e.Run, wd), e.At.Format(time.DateTime), e.Device, memoFromWords(e.From))
+}
+
+// memoFromWords is the command's own values as an entry keeps them, an
+// unset knob as "unset".
+func memoFromWords(from policy.Values) string {
+	parts := make([]string, 0, len(from))
+	for _, k := range slices.Sorted(maps.Keys(from)) {
+		parts = append(parts, k+"="+memoShow(from[k], from[k] != (policy.Value{})))
+	}
+	return strings.Join(parts, " ")
 }
 
 // memoRememberedLine is what a run that kept its values in the memo says.
@@ -260,7 +326,8 @@ func (l *loop) saveMemo() {
 	key, device := l.memoEntryKey()
 	var entry *memoEntry
 	if len(to) > 0 {
-		entry = &memoEntry{Command: redact.Argv(l.pol.WithoutResume(l.cfg.Argv)), Policy: policyIdentity(l.pol), Device: device,
+		cmd, _ := l.pol.MemoCommand(l.cfg.Argv)
+		entry = &memoEntry{Command: redact.Argv(cmd), Policy: policyIdentity(l.pol), Device: device,
 			From: from, To: to, Run: l.job.RunDir.Path(), At: time.Now().UTC()}
 	}
 	changed, err := updateMemo(path, key, entry)

@@ -133,7 +133,8 @@ type Sampler struct {
 	// size of the device list.
 	valWarned  map[string]bool
 	leakWarned map[string]int64
-	hostHot    map[string]bool // "cgroup"/"ram" currently over the warning line
+	hostHot    map[string]bool   // "cgroup"/"ram" currently over the warning line
+	lastHost   procfs.HostSample // the last host sample, for LastHost
 	gpuWhy     string
 }
 
@@ -416,6 +417,7 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 	}
 	acc.hostLimit = limit
 	acc.maxWorkers = max(acc.maxWorkers, hs.Workers)
+	s.lastHost = hs
 	if tree > run.host {
 		run.host = tree
 	}
@@ -746,4 +748,12 @@ func (s *Sampler) Summary() Summary {
 		out.Phases = append(out.Phases, ps)
 	}
 	return out
+}
+
+// LastHost is the last host sample taken (the zero sample before the
+// first): what held the memory, by role, just before a job died.
+func (s *Sampler) LastHost() procfs.HostSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastHost
 }

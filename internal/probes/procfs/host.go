@@ -23,6 +23,9 @@ type HostSample struct {
 	// their own command line and are not counted; neither are
 	// multiprocessing's resource tracker and forkserver processes themselves.
 	Workers int `json:"workers"`
+	// MainBytes and WorkerBytes split the footprint (TreeBytes) by role:
+	// the workers Workers counts, and every other member (roles.go).
+	MainBytes, WorkerBytes uint64 `json:"-"`
 	// RSSBytes is the sum of the tree's resident set sizes. Forked workers
 	// share pages with their parent, so it overstates the real footprint.
 	RSSBytes uint64 `json:"rss_bytes"`
@@ -205,6 +208,7 @@ func (r *HostReader) read(rootPID int, job ProcessList, now time.Time, full bool
 		}
 	}
 	hs.Workers = r.Workers()
+	hs.MainBytes, hs.WorkerBytes = r.roles()
 	var err error
 	hs.MemTotalBytes, hs.MemAvailableBytes, err = r.p.meminfo()
 	if err != nil {
