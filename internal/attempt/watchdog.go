@@ -1,8 +1,9 @@
-package supervisor
+package attempt
 
 import (
 	"bufio"
 	"fmt"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,12 +26,12 @@ import (
 // job's tree; when the attempt is over and the tree swept, it writes "done"
 // and the watchdog exits. If the pipe reaches end of file without "done",
 // gpuguard died: the watchdog sends SIGTERM to every process it was told about
-// or that carries the attempt's markerVar, waits the grace period, sends
+// or that carries the attempt's MarkerVar, waits the grace period, sends
 // SIGKILL to what is left, and exits.
 //
 // The watchdog is started as `<gpuguard> run -- gpuguard-internal-watchdog`
 // with watchdogEnv set; Run (and a test binary's TestMain) must hand such an
-// invocation to watchdogMain before doing anything else.
+// invocation to WatchdogMain before doing anything else.
 
 const (
 	watchdogEnv = "GPUGUARD_WATCHDOG"
@@ -142,17 +143,17 @@ func (wd *watchdog) abandon() {
 	wd.w.Close()
 }
 
-// watchdogMain is the watchdog process. It returns its exit status.
-func watchdogMain() int {
+// WatchdogMain is the watchdog process. It returns its exit status.
+func WatchdogMain() int {
 	f := strings.Fields(os.Getenv(watchdogEnv))
 	if len(f) != 3 || f[0] != "v1" {
 		fmt.Fprintf(os.Stderr, "gpuguard watchdog: bad %s=%q\n", watchdogEnv, os.Getenv(watchdogEnv))
-		return exitSoftware
+		return exitcode.Software
 	}
 	token := f[1]
 	grace, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || grace < 0 {
-		grace = int64(defaultGrace)
+		grace = int64(DefaultGrace)
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE, syscall.SIGTTOU, syscall.SIGTTIN)
 

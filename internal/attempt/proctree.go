@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"os"
@@ -13,16 +13,16 @@ import (
 // This file holds the supervisor's view of a job's processes. Which
 // processes are the job's is decided by procfs.Tree (the main child, its
 // descendants, and every process carrying the attempt's marker variable,
-// markerVar, in its initial environment; a member stays one for as long as
+// MarkerVar, in its initial environment; a member stays one for as long as
 // it lives); the tracker owns an attempt's Tree, knowing its marker, and
 // hands the same members to the memory sampler (Attempt.Processes) that it
 // stops and kills.
 
-// markerVar is set in every job's environment to a token unique to the
+// MarkerVar is set in every job's environment to a token unique to the
 // attempt, so that gpuguard (and its watchdog, should gpuguard die) can find
 // every process the job started, even after they left its process group and
 // session. Programs must not rely on its value.
-const markerVar = "GPUGUARD_ATTEMPT_TOKEN"
+const MarkerVar = "GPUGUARD_ATTEMPT_TOKEN"
 
 // procInfo is the part of a procfs.Proc that the supervisor acts on: it
 // signals, reaps and tells the watchdog about processes by it.
@@ -60,7 +60,7 @@ type tracker struct {
 }
 
 func newTracker(token string) *tracker {
-	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", markerVar+"="+token)}
+	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", MarkerVar+"="+token)}
 	t.tree.Exclude(t.self)
 	return t
 }
@@ -133,10 +133,10 @@ func alive(ps []procInfo, exclude int) int {
 
 var subreaperOnce sync.Once
 
-// becomeSubreaper makes gpuguard the reaper of orphaned descendants, so that
+// BecomeSubreaper makes gpuguard the reaper of orphaned descendants, so that
 // workers whose parent died are reparented to it (and can be found and
 // reaped) instead of to init. It is process-wide and idempotent.
-func becomeSubreaper() error {
+func BecomeSubreaper() error {
 	var err error
 	subreaperOnce.Do(func() { err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
 	return err

@@ -1,9 +1,10 @@
-package supervisor
+package attempt
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"io"
 	"os"
 	"os/exec"
@@ -20,11 +21,12 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 )
 
-// defaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
-// when attemptSpec.Grace is zero.
-const defaultGrace = 10 * time.Second
+// DefaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
+// when Spec.Grace is zero.
+const DefaultGrace = 10 * time.Second
 
 const (
 	// drainTimeout bounds the wait for the rest of the child's output once
@@ -42,13 +44,13 @@ const (
 	killGiveUp = 10 * time.Second
 )
 
-// attemptSpec describes one child lifetime.
-type attemptSpec struct {
+// Spec describes one child lifetime.
+type Spec struct {
 	// Argv is the command; Argv[0] is looked up in the PATH of Env (not in
 	// gpuguard's own PATH) unless it contains a '/'.
 	Argv []string
 	// Env is the complete environment (KEY=VALUE); nil means os.Environ().
-	// startAttempt adds markerVar, and PYTHONUNBUFFERED=1 under pipes when
+	// Start adds MarkerVar, and PYTHONUNBUFFERED=1 under pipes when
 	// Env does not set it.
 	Env []string
 	// Dir is the working directory; "" means gpuguard's.
@@ -58,7 +60,7 @@ type attemptSpec struct {
 	// OnePipe, under pipes, gives the child one pipe for its stdout and
 	// stderr, as `2>&1` does, so that its bytes keep the order it wrote them
 	// in; everything then goes to Stdout, as stream 1. Set it when
-	// gpuguard's own stdout and stderr are one file (see sameFile): two
+	// gpuguard's own stdout and stderr are one file (see SameFile): two
 	// pipes read apart cannot keep the order of two streams.
 	OnePipe bool
 	// Stdin is the child's standard input; nil means /dev/null. Under a pty,
@@ -81,14 +83,14 @@ type attemptSpec struct {
 	// not retain l.Text. A nil Scan disables scanning.
 	Scan func(stream int, l lines.Line)
 	// Grace is the time between the polite SIGTERM and SIGKILL when the
-	// job is stopped; zero means defaultGrace.
+	// job is stopped; zero means DefaultGrace.
 	Grace time.Duration
 	// Logger receives gpuguard's own diagnostics; nil discards them.
 	Logger *zap.Logger
 }
 
-// attemptResult is how an attempt ended.
-type attemptResult struct {
+// Result is how an attempt ended.
+type Result struct {
 	Pid    int
 	Code   int            // the child's exit code, or 128+signal
 	Signal syscall.Signal // the signal that killed the child; 0 when it exited
@@ -106,7 +108,7 @@ type attemptResult struct {
 
 // Attempt is one running child and its process tree.
 type Attempt struct {
-	spec    attemptSpec
+	spec    Spec
 	logger  *zap.Logger
 	grace   time.Duration
 	env     []string
@@ -131,7 +133,7 @@ type Attempt struct {
 	restoreRaw sync.Once
 	typed      atomic.Int32 // first interrupt typed into the pty (raw mode)
 
-	stopCh   chan struct{}
+	stopCh   chan time.Duration // Shutdown's grace
 	killCh   chan struct{}
 	exitedCh chan struct{} // closed when the main child has been reaped
 	done     chan struct{}
@@ -143,30 +145,30 @@ type Attempt struct {
 	killed      bool
 	state       *os.ProcessState
 	end         time.Time
-	result      attemptResult
+	result      Result
 }
 
-// startAttempt starts spec's command and returns once it runs. The child gets
+// Start starts spec's command and returns once it runs. The child gets
 // its own process group (under a pty, its own session with the pty as
 // controlling terminal) and dies if gpuguard dies (Pdeathsig, backed by a
 // watchdog process that also stops its descendants). gpuguard becomes a child
 // subreaper, so that orphaned descendants are reparented to it.
 //
-// A command that cannot be started returns an *Error with exitNotFound
-// (127: not in PATH, or no such file) or exitNotRunnable (126: a directory,
+// A command that cannot be started returns an *Error with exitcode.NotFound
+// (127: not in PATH, or no such file) or exitcode.NotRunnable (126: a directory,
 // not executable, bad interpreter); its message names the PATH searched and
 // what to do. Other failures (pty or pipe creation) return an *Error with
-// exitSoftware.
-func startAttempt(spec attemptSpec) (*Attempt, error) {
+// exitcode.Software.
+func Start(spec Spec) (*Attempt, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return nil, &Error{Code: ExitUsage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
+		return nil, &exitcode.Error{Code: exitcode.Usage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
 	}
 	a := &Attempt{
 		spec:     spec,
 		logger:   spec.Logger,
 		grace:    spec.Grace,
 		rawFd:    -1,
-		stopCh:   make(chan struct{}, 1),
+		stopCh:   make(chan time.Duration, 1),
 		killCh:   make(chan struct{}, 1),
 		exitedCh: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -175,7 +177,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		a.logger = zap.NewNop()
 	}
 	if a.grace <= 0 {
-		a.grace = defaultGrace
+		a.grace = DefaultGrace
 	}
 
 	env := spec.Env
@@ -183,8 +185,8 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		env = os.Environ()
 	}
 	token := newToken()
-	env = envlist.Unset(env, markerVar, watchdogEnv)
-	env = append(env, markerVar+"="+token)
+	env = envlist.Unset(env, MarkerVar, watchdogEnv)
+	env = append(env, MarkerVar+"="+token)
 	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training
 		// script's progress would arrive in 8 KiB lumps, late.
@@ -193,18 +195,18 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 	a.env = env
 
 	pathEnv, _ := envlist.Lookup(env, "PATH")
-	path, err := lookPathIn(spec.Argv[0], pathEnv, spec.Dir)
+	path, err := LookPathIn(spec.Argv[0], pathEnv, spec.Dir)
 	if err != nil {
 		return nil, err
 	}
 	if spec.Dir != "" {
 		if st, err := os.Stat(spec.Dir); err != nil || !st.IsDir() {
-			return nil, &Error{Code: exitNotRunnable, Err: err,
+			return nil, &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
 				Msg: fmt.Sprintf("cannot run %q in directory %q: it does not exist or is not a directory", spec.Argv[0], spec.Dir)}
 		}
 	}
 
-	if err := becomeSubreaper(); err != nil {
+	if err := BecomeSubreaper(); err != nil {
 		a.logger.Warn("could not become a child subreaper; orphaned workers will be found by their environment only", zap.Error(err))
 	}
 	a.tracker = newTracker(token)
@@ -233,7 +235,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		ptmx, tty, err := openPTY()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
+			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
 		}
 		a.ptmx = ptmx
 		a.setSize()
@@ -251,7 +253,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
@@ -262,7 +264,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 			if err != nil {
 				closeAll([]*os.File{outR, outW})
 				wd.release()
-				return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+				return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 			}
 			cmd.Stderr = errW
 			childSide = append(childSide, errW)
@@ -353,19 +355,27 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 // PID is the main child's process id.
 func (a *Attempt) PID() int { return a.pid }
 
-// Pids returns the live process tree: the main child (until it exits) and
-// every descendant, including those that started their own session. It reads
-// /proc; the order is unspecified.
-func (a *Attempt) Pids() []int {
-	ps := a.tracker.scan()
-	a.wd.track(ps)
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		if !p.zombie() {
-			out = append(out, p.pid)
+// Members returns the job's live processes, read from /proc now: the main
+// child (until it exits) and every process that is the job's (its
+// descendants, those that started sessions of their own, those carrying the
+// attempt's marker, and, under a cgroup, every process in it). These are the
+// processes Shutdown stops. The order is unspecified.
+func (a *Attempt) Members() []procfs.Proc {
+	raw := a.tracker.tree.Scan()
+	a.wd.track(infosOf(raw))
+	out := raw[:0]
+	for _, p := range raw {
+		if p.State != 'Z' && p.State != 'X' {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// Wait waits until the attempt is over (Done) and returns how it ended.
+func (a *Attempt) Wait() Result {
+	<-a.done
+	return a.Result()
 }
 
 // Done is closed when the main child has exited, every descendant is gone
@@ -374,7 +384,7 @@ func (a *Attempt) Pids() []int {
 func (a *Attempt) Done() <-chan struct{} { return a.done }
 
 // Result reports how the attempt ended. It is valid after Done is closed.
-func (a *Attempt) Result() attemptResult {
+func (a *Attempt) Result() Result {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.result
@@ -411,45 +421,48 @@ func (a *Attempt) Signal(sig syscall.Signal) {
 	}
 }
 
-// Stop stops the job politely: SIGTERM (and SIGCONT, in case it is stopped)
-// to its process group and to the processes of the tree outside it, then,
-// after the grace period, SIGKILL to every
-// process of the tree found through /proc, including those in sessions of
-// their own, until none is left. It returns at once; wait on Done. Later
-// calls do nothing.
-func (a *Attempt) Stop(reason string) {
+// Shutdown stops the job: SIGTERM (and SIGCONT, in case it is stopped) to
+// its process group and to the processes of the job outside it, then, after
+// grace, SIGKILL to every process of the job, including those in sessions of
+// their own, until none is left. A grace of zero or less sends SIGKILL at
+// once. It returns at once; wait on Done. A later call can shorten the grace
+// (a second ^C kills at once), never lengthen it.
+func (a *Attempt) Shutdown(grace time.Duration) {
+	a.shutdown(grace, "")
+}
+
+// Stop is Shutdown with the attempt's grace period (Spec.Grace), saying why
+// (Result.StopReason, the first reason given).
+func (a *Attempt) Stop(reason string) { a.shutdown(a.grace, reason) }
+
+// Kill is Shutdown without a grace period (a second ^C), saying why.
+func (a *Attempt) Kill(reason string) { a.shutdown(0, reason) }
+
+func (a *Attempt) shutdown(grace time.Duration, reason string) {
 	a.mu.Lock()
-	if a.stopping {
-		a.mu.Unlock()
+	again := a.stopping
+	a.stopping, a.stoppedByUs = true, true
+	if a.stopReason == "" {
+		a.stopReason = reason
+	}
+	a.mu.Unlock()
+	if grace <= 0 {
+		select {
+		case a.killCh <- struct{}{}:
+		default:
+		}
 		return
 	}
-	a.stopping, a.stoppedByUs = true, true
-	if a.stopReason == "" {
-		a.stopReason = reason
+	if again {
+		return
 	}
-	a.mu.Unlock()
 	select {
-	case a.stopCh <- struct{}{}:
+	case a.stopCh <- grace:
 	default:
 	}
 }
 
-// Kill sends SIGKILL to every process of the tree at once, without a grace
-// period (a second ^C). It returns at once; wait on Done.
-func (a *Attempt) Kill(reason string) {
-	a.mu.Lock()
-	a.stopping, a.stoppedByUs = true, true
-	if a.stopReason == "" {
-		a.stopReason = reason
-	}
-	a.mu.Unlock()
-	select {
-	case a.killCh <- struct{}{}:
-	default:
-	}
-}
-
-// Resize sets the pty's window size again from attemptSpec.Term (after our
+// Resize sets the pty's window size again from Spec.Term (after our
 // terminal was resized: SIGWINCH). The kernel signals the job's foreground
 // group with SIGWINCH when the size changes. It does nothing under pipes.
 func (a *Attempt) Resize() {
@@ -498,14 +511,14 @@ func (a *Attempt) supervise() {
 		select {
 		case <-a.exitedCh:
 			exited = true
-		case <-a.stopCh:
+		case grace := <-a.stopCh:
 			a.Signal(syscall.SIGTERM)
 			a.Signal(syscall.SIGCONT)
 			a.signalStrays(syscall.SIGTERM)
 			a.signalStrays(syscall.SIGCONT)
 			if killAt.IsZero() {
-				killAt = time.Now().Add(a.grace)
-				timer.Reset(a.grace)
+				killAt = time.Now().Add(grace)
+				timer.Reset(grace)
 			}
 		case <-a.killCh:
 			killAt = time.Now()
@@ -531,7 +544,7 @@ func (a *Attempt) supervise() {
 
 	a.mu.Lock()
 	st := a.state
-	a.result = attemptResult{
+	a.result = Result{
 		Pid:         a.pid,
 		Start:       a.start,
 		End:         a.end,
@@ -541,7 +554,7 @@ func (a *Attempt) supervise() {
 		Leftovers:   leftovers,
 		Survivors:   survivors,
 	}
-	a.result.Code, a.result.Signal = exitStatus(st)
+	a.result.Code, a.result.Signal = ExitStatus(st)
 	if a.queue != nil {
 		a.result.DroppedScanBytes = a.queue.droppedBytes()
 		a.result.ScannedLines = a.scanned
@@ -682,7 +695,7 @@ func (a *Attempt) drain() {
 // wantRaw reports whether the attempt should put Stdin in raw mode: under a
 // pty, with Stdin a terminal whose foreground group is gpuguard's.
 func (a *Attempt) wantRaw() bool {
-	return a.spec.PTY && isTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
+	return a.spec.PTY && IsTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
 }
 
 func (a *Attempt) enterRaw() {
@@ -776,11 +789,11 @@ func (a *Attempt) TypedInterrupt() syscall.Signal {
 	return syscall.Signal(a.typed.Load())
 }
 
-// exitStatus maps a process state to the shell's convention: the exit code,
+// ExitStatus maps a process state to the shell's convention: the exit code,
 // or 128+N when the process died of signal N.
-func exitStatus(st *os.ProcessState) (int, syscall.Signal) {
+func ExitStatus(st *os.ProcessState) (int, syscall.Signal) {
 	if st == nil {
-		return exitSoftware, 0
+		return exitcode.Software, 0
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
 		if ws.Signaled() {

@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"fmt"
@@ -35,9 +35,9 @@ type trackWriter struct {
 	last *lastByte
 }
 
-// newStatus returns a Status for gpuguard's stdout and stderr (either may be
+// NewStatus returns a Status for gpuguard's stdout and stderr (either may be
 // nil: discarded).
-func newStatus(stdout, stderr io.Writer) *Status {
+func NewStatus(stdout, stderr io.Writer) *Status {
 	if stdout == nil {
 		stdout = io.Discard
 	}
@@ -48,7 +48,7 @@ func newStatus(stdout, stderr io.Writer) *Status {
 	s.errFile, _ = stderr.(*os.File)
 	errLast := &lastByte{}
 	outLast := &lastByte{}
-	if sameFile(stdout, stderr) {
+	if SameFile(stdout, stderr) {
 		outLast = errLast
 	}
 	s.out = &trackWriter{s: s, w: stdout, last: outLast}
@@ -56,9 +56,9 @@ func newStatus(stdout, stderr io.Writer) *Status {
 	return s
 }
 
-// sameFile reports whether a and b write to the same open file (the same
+// SameFile reports whether a and b write to the same open file (the same
 // terminal, typically).
-func sameFile(a, b io.Writer) bool {
+func SameFile(a, b io.Writer) bool {
 	fa, ok1 := a.(*os.File)
 	fb, ok2 := b.(*os.File)
 	if !ok1 || !ok2 {
