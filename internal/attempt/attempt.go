@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,10 @@ type Spec struct {
 	Grace time.Duration
 	// Logger receives gpuguard's own diagnostics; nil discards them.
 	Logger *zap.Logger
+	// Containment says how the job's processes are held together: "auto"
+	// (or ""), "cgroup2", "cgroup1" or "tree" (see cgroup.go); "" reads
+	// $GPUGUARD_CONTAINMENT.
+	Containment string
 }
 
 // Result is how an attempt ended.
@@ -116,15 +121,19 @@ type Attempt struct {
 	pid     int
 	ptmx    *os.File // nil under pipes
 	tracker *tracker
+	cg      *cgroup // nil: the job is contained by its tree alone
 	wd      *watchdog
 	start   time.Time
 
 	readers   []*os.File
 	pumps     []*reader
 	readersWG sync.WaitGroup
-	queue     *scanQueue
-	scanDone  chan struct{}
-	scanned   int64 // lines delivered; written by the scanner before scanDone
+	// readersDone is closed when every reader has reached the end of its
+	// stream: no process holds the job's output open any more.
+	readersDone chan struct{}
+	queue       *scanQueue
+	scanDone    chan struct{}
+	scanned     int64 // lines delivered; written by the scanner before scanDone
 
 	rawFd      int
 	rawState   *term.State
@@ -209,8 +218,18 @@ func Start(spec Spec) (*Attempt, error) {
 	if err := BecomeSubreaper(); err != nil {
 		a.logger.Warn("could not become a child subreaper; orphaned workers will be found by their environment only", zap.Error(err))
 	}
-	a.tracker = newTracker(token)
-	wd, err := startWatchdog(token, a.grace, a.logger)
+	mode, err := containmentMode(spec.Containment)
+	if err != nil {
+		return nil, &exitcode.Error{Code: exitcode.Usage, Err: err, Msg: err.Error()}
+	}
+	cg, why := newCgroup(mode, "gpuguard-"+token)
+	if cg == nil && mode != ContainTree {
+		a.logger.Info("no cgroup for the attempt: its processes are those of its tree", zap.Error(why))
+	}
+	a.cg = cg
+	a.tracker = newTracker(token, cg)
+	a.tracker.adopt = true
+	wd, err := startWatchdog(token, a.grace, cg, a.logger)
 	if err != nil {
 		a.logger.Warn("no watchdog: if gpuguard is killed, only the direct child is killed with it", zap.Error(err))
 	}
@@ -235,6 +254,7 @@ func Start(spec Spec) (*Attempt, error) {
 		ptmx, tty, err := openPTY()
 		if err != nil {
 			wd.release()
+			a.cg.remove(0)
 			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
 		}
 		a.ptmx = ptmx
@@ -253,6 +273,7 @@ func Start(spec Spec) (*Attempt, error) {
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			wd.release()
+			a.cg.remove(0)
 			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
@@ -264,6 +285,7 @@ func Start(spec Spec) (*Attempt, error) {
 			if err != nil {
 				closeAll([]*os.File{outR, outW})
 				wd.release()
+				a.cg.remove(0)
 				return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 			}
 			cmd.Stderr = errW
@@ -274,7 +296,7 @@ func Start(spec Spec) (*Attempt, error) {
 	if spec.Stdin == nil && cmd.Stdin == nil {
 		cmd.Stdin = nil // exec opens /dev/null
 	}
-	a.cmd = cmd
+	a.cg.prepare(cmd.SysProcAttr)
 
 	if spec.PTY && a.wantRaw() {
 		a.enterRaw()
@@ -283,33 +305,49 @@ func Start(spec Spec) (*Attempt, error) {
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: fork from a locked thread that stays blocked in Wait for the
 	// child's whole life.
-	started := make(chan error, 1)
+	started := make(chan forked, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			runtime.UnlockOSThread()
-			started <- err
+		f := a.fork(cmd)
+		started <- f
+		if f.err != nil {
+			if !f.threadStuck {
+				runtime.UnlockOSThread()
+			}
 			return
 		}
-		started <- nil
-		_ = cmd.Wait()
+		_ = f.cmd.Wait()
 		end := time.Now()
-		runtime.UnlockOSThread()
+		if !f.threadStuck {
+			// A thread that could not leave the job's v1 cgroup ends
+			// with this goroutine, locked.
+			runtime.UnlockOSThread()
+		}
 		a.mu.Lock()
-		a.state, a.end = cmd.ProcessState, end
+		a.state, a.end = f.cmd.ProcessState, end
 		a.mu.Unlock()
 		close(a.exitedCh)
 	}()
 	a.start = time.Now()
-	if err := <-started; err != nil {
+	f := <-started
+	if f.cgErr != nil {
+		a.logger.Warn("the job could not start in its cgroup: its processes are those of its tree", zap.String("cgroup", a.cg.dir), zap.Error(f.cgErr))
+		a.cg.remove(0)
+		a.cg, a.tracker.cg = nil, nil
+	}
+	cmd = f.cmd
+	if err := f.err; err != nil {
 		closeAll(childSide)
 		closeAll(a.readers)
 		a.leaveRaw()
 		wd.release()
-		return nil, startError(spec.Argv[0], path, err)
+		a.cg.remove(0)
+		return nil, startError(spec.Argv, env, path, err)
 	}
 	closeAll(childSide)
+	a.cg.started()
 	a.pid = cmd.Process.Pid
+	liveAttempts.Add(1)
 	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.setRoot(a.pid)}})
 
 	if spec.Scan != nil {
@@ -344,6 +382,11 @@ func Start(spec Spec) (*Attempt, error) {
 			r.run()
 		}()
 	}
+	a.readersDone = make(chan struct{})
+	go func() {
+		a.readersWG.Wait()
+		close(a.readersDone)
+	}()
 	if a.rawState != nil {
 		a.stdinStop, a.stdinDone = make(chan struct{}), make(chan struct{})
 		go a.copyStdin()
@@ -361,7 +404,7 @@ func (a *Attempt) PID() int { return a.pid }
 // attempt's marker, and, under a cgroup, every process in it). These are the
 // processes Shutdown stops. The order is unspecified.
 func (a *Attempt) Members() []procfs.Proc {
-	raw := a.tracker.tree.Scan()
+	raw := a.tracker.scanProcs(true)
 	a.wd.track(infosOf(raw))
 	out := raw[:0]
 	for _, p := range raw {
@@ -505,12 +548,18 @@ func (a *Attempt) supervise() {
 	timer.Stop()
 	tick := time.NewTicker(trackInterval)
 	defer tick.Stop()
+	// An orphan of the job that dies is reaped at once (adopt.go).
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
 	killed := false
 
 	for exited := false; !exited; {
 		select {
 		case <-a.exitedCh:
 			exited = true
+		case <-sigchld:
+			a.tracker.reapOrphans()
 		case grace := <-a.stopCh:
 			a.Signal(syscall.SIGTERM)
 			a.Signal(syscall.SIGCONT)
@@ -538,9 +587,13 @@ func (a *Attempt) supervise() {
 	}
 	timer.Stop()
 
-	leftovers, survivors, k := a.sweep(killAt)
+	leftovers, survivors, k := a.sweep(killAt, sigchld)
 	killed = killed || k
 	a.drain()
+	liveAttempts.Add(-1)
+	if survivors == 0 && !a.cg.remove(time.Second) {
+		a.logger.Warn("the attempt's cgroup is not empty; leaving it", zap.String("cgroup", a.cg.dir))
+	}
 
 	a.mu.Lock()
 	st := a.state
@@ -594,14 +647,18 @@ func (a *Attempt) signalStrays(sig syscall.Signal) {
 func (a *Attempt) killTree() bool {
 	ps := a.tracker.scan()
 	a.wd.track(ps)
-	return signalProcs(ps, syscall.SIGKILL, 0) > 0
+	cg := a.cg.kill()
+	return signalProcs(ps, syscall.SIGKILL, 0) > 0 || cg
 }
 
-// sweep stops the descendants still running after the main child exited:
-// SIGTERM (unless a SIGKILL is already due), the grace period, then SIGKILL,
-// until none is left. It returns how many there were, how many outlived
-// SIGKILL for killGiveUp, and whether SIGKILL was sent.
-func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool) {
+// sweep stops the processes of the job still running after the main child
+// exited. Unless a SIGKILL is already due, they may first go on writing
+// until the job's output is closed (the last lines of a logger or an
+// uploader), for up to the grace period; then they get SIGTERM, the grace
+// period, and SIGKILL (the cgroup's kill with it), until none is left. It
+// returns how many there were, how many outlived SIGKILL for killGiveUp, and
+// whether SIGKILL was sent.
+func (a *Attempt) sweep(killAt time.Time, sigchld <-chan os.Signal) (leftovers, survivors int, killed bool) {
 	ps := a.tracker.scan()
 	a.tracker.reapZombies(ps, a.pid)
 	leftovers = alive(ps, a.pid)
@@ -609,17 +666,35 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		a.reapRest()
 		return 0, 0, false
 	}
+	a.wd.track(ps)
+	if killAt.IsZero() {
+		var gone bool
+		killAt, gone = a.drainLeftovers(sigchld)
+		if gone {
+			// They finished by themselves: none was stopped.
+			a.reapRest()
+			return 0, 0, false
+		}
+		ps = a.tracker.scan()
+		a.tracker.reapZombies(ps, a.pid)
+		if leftovers = alive(ps, a.pid); leftovers == 0 {
+			a.cg.kill()
+			a.reapRest()
+			return 0, 0, false
+		}
+	}
 	pids := make([]int, 0, leftovers)
 	for _, p := range ps {
-		if !p.zombie() {
+		if !p.zombie() && p.pid != a.pid {
 			pids = append(pids, p.pid)
 		}
 	}
 	a.logger.Info("stopping processes the job left running", zap.Ints("pids", pids))
-	a.wd.track(ps)
 	if killAt.IsZero() {
 		signalProcs(ps, syscall.SIGTERM, a.pid)
 		signalProcs(ps, syscall.SIGCONT, a.pid)
+		a.cg.signal(syscall.SIGTERM)
+		a.cg.signal(syscall.SIGCONT)
 		killAt = time.Now().Add(a.grace)
 	}
 	giveUp := killAt.Add(killGiveUp)
@@ -629,6 +704,7 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		case <-a.killCh:
 			killAt = time.Now()
 		case <-a.stopCh:
+		case <-sigchld:
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 100*time.Millisecond)
@@ -636,12 +712,16 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		a.tracker.reapZombies(ps, a.pid)
 		n := alive(ps, a.pid)
 		if n == 0 {
+			a.cg.kill() // what no scan saw
 			a.reapRest()
 			return leftovers, 0, killed
 		}
 		now := time.Now()
 		if !now.Before(killAt) {
 			a.wd.track(ps)
+			if a.cg.kill() {
+				killed = true
+			}
 			if signalProcs(ps, syscall.SIGKILL, a.pid) > 0 {
 				killed = true
 			}
@@ -650,6 +730,38 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 			a.logger.Error("processes of the job survive SIGKILL (stuck in the kernel?); leaving them to the watchdog",
 				zap.Int("count", n))
 			return leftovers, n, killed
+		}
+	}
+}
+
+// drainLeftovers lets the processes the job left running write until the
+// job's output is closed, they are all gone, or the grace period ends. A
+// Kill ends the wait with a SIGKILL due now (killAt); a Stop ends it
+// early. gone reports that no process is left.
+func (a *Attempt) drainLeftovers(sigchld <-chan os.Signal) (killAt time.Time, gone bool) {
+	grace := time.NewTimer(a.grace)
+	defer grace.Stop()
+	tick := time.NewTicker(trackInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.readersDone:
+			return time.Time{}, false
+		case <-grace.C:
+			return time.Time{}, false
+		case <-a.stopCh:
+			return time.Time{}, false
+		case <-a.killCh:
+			return time.Now(), false
+		case <-sigchld:
+			a.tracker.reapOrphans()
+		case <-tick.C:
+		}
+		ps := a.tracker.scanQuick()
+		a.wd.track(ps)
+		a.tracker.reapZombies(ps, a.pid)
+		if alive(ps, a.pid) == 0 {
+			return time.Time{}, true
 		}
 	}
 }

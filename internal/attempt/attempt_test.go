@@ -442,7 +442,7 @@ func TestLeftoversStoppedAfterExit(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			a := start(t, Spec{Argv: fake("tree", pidFile, "exit"), PTY: l.pty, Grace: 5 * time.Second})
+			a := start(t, Spec{Argv: fake("tree", pidFile, "exit"), PTY: l.pty, Grace: 500 * time.Millisecond})
 			res := waitDone(t, a)
 			pids := readPids(t, pidFile)
 			if res.Code != 0 || res.Leftovers != 2 || res.StoppedByUs {

@@ -92,8 +92,10 @@ func notRunnable(argv0 string, err error) error {
 	return &exitcode.Error{Code: exitcode.NotRunnable, Err: err, Msg: msg}
 }
 
-// startError maps the error of exec.Cmd.Start for a program LookPathIn found.
-func startError(argv0, path string, err error) error {
+// startError maps the error of exec.Cmd.Start for a program LookPathIn found,
+// started with argv and env.
+func startError(argv, env []string, path string, err error) error {
+	argv0 := argv[0]
 	switch {
 	case errors.Is(err, syscall.ENOEXEC):
 		return &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
@@ -101,6 +103,9 @@ func startError(argv0, path string, err error) error {
 	case errors.Is(err, syscall.ENOENT):
 		return &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
 			Msg: fmt.Sprintf("cannot run %q (%s): its interpreter, named on its #! line, was not found; fix that line or name the interpreter", argv0, path)}
+	case errors.Is(err, syscall.E2BIG):
+		return &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
+			Msg: fmt.Sprintf("cannot run %q: its arguments and environment are too long for the kernel (argument list too long: %s); pass long values in a file instead", argv0, argvSize(argv, env))}
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
 			Msg: fmt.Sprintf("cannot run %q (%s): permission denied (a noexec mount, or an interpreter that is not executable)", argv0, path)}
@@ -116,4 +121,25 @@ func describeDir(dir string) string {
 		return wd
 	}
 	return "the working directory"
+}
+
+// argvSize describes the size of what exec hands the kernel: the total, and
+// the longest single string (Linux refuses one over 128 KiB, and the whole
+// over a quarter of the stack limit).
+func argvSize(argv, env []string) string {
+	total, longest, which := 0, 0, ""
+	for i, a := range argv {
+		total += len(a) + 1
+		if len(a) > longest {
+			longest, which = len(a), fmt.Sprintf("argument %d", i)
+		}
+	}
+	for _, e := range env {
+		total += len(e) + 1
+		if len(e) > longest {
+			name, _, _ := strings.Cut(e, "=")
+			longest, which = len(e), "environment variable "+name
+		}
+	}
+	return fmt.Sprintf("%d bytes in all, the longest %s with %d bytes", total, which, longest)
 }

@@ -57,10 +57,22 @@ type procKey struct {
 type tracker struct {
 	self int // gpuguard's pid: never part of the job
 	tree *procfs.Tree
+	// cg is the attempt's cgroup, nil when there is none: every process in
+	// it is the job's.
+	cg *cgroup
+	// adopt: gpuguard's children other than its helpers are the job's
+	// (orphans it adopted as the subreaper; see adopted). Off in the
+	// watchdog, which adopts nothing.
+	adopt bool
+	root  int // the main child
+
+	mu    sync.Mutex
+	known map[procKey]bool // processes adopt has decided on: true, the job's
 }
 
-func newTracker(token string) *tracker {
-	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", MarkerVar+"="+token)}
+func newTracker(token string, cg *cgroup) *tracker {
+	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", MarkerVar+"="+token), cg: cg,
+		known: make(map[procKey]bool)}
 	t.tree.Exclude(t.self)
 	return t
 }
@@ -69,6 +81,9 @@ func newTracker(token string) *tracker {
 // already gone: then the marker is looked for in every process). It must be
 // called before scan.
 func (t *tracker) setRoot(pid int) uint64 {
+	t.mu.Lock()
+	t.root = pid
+	t.mu.Unlock()
 	p, _ := t.tree.SetRoot(pid)
 	return p.Start
 }
@@ -78,13 +93,24 @@ func (t *tracker) remember(pid int, start uint64) { t.tree.Remember(pid, start) 
 
 // scan returns the members of the tree now in /proc, zombies included. It
 // reads the stat file of every process on the machine.
-func (t *tracker) scan() []procInfo { return infosOf(t.tree.Scan()) }
+func (t *tracker) scan() []procInfo { return infosOf(t.scanProcs(true)) }
+
+// scanProcs is scan (full) or scanQuick, as procfs.Procs: first the
+// processes in the attempt's cgroup and the orphans gpuguard adopted become
+// members, then the tree is read.
+func (t *tracker) scanProcs(full bool) []procfs.Proc {
+	t.enlist()
+	if full {
+		return t.tree.Scan()
+	}
+	return t.tree.ScanQuick()
+}
 
 // scanQuick is scan for the periodic look at the tree while the job runs:
 // it reads only the members and the processes that are new since the last
 // scan, and every tenth time all of them (procfs.Tree.ScanQuick). Stopping
 // and killing always use scan.
-func (t *tracker) scanQuick() []procInfo { return infosOf(t.tree.ScanQuick()) }
+func (t *tracker) scanQuick() []procInfo { return infosOf(t.scanProcs(false)) }
 
 // Processes appends to dst the job's live processes as the tracker's latest
 // scan found them, the main child first while it lives: the processes

@@ -24,9 +24,21 @@ type Status struct {
 	errw    *trackWriter
 }
 
+// lastByte is the last byte shown on a destination that moved the cursor:
+// NUL bytes, which terminals ignore, do not count, so that a stream ending
+// in one does not make the next status line start with a newline of its own.
 type lastByte struct {
 	b   byte
 	set bool
+}
+
+func (l *lastByte) note(p []byte) {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] != 0 {
+			l.b, l.set = p[i], true
+			return
+		}
+	}
 }
 
 type trackWriter struct {
@@ -88,9 +100,7 @@ func (t *trackWriter) Write(p []byte) (int, error) {
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
 	n, err := t.w.Write(p)
-	if n > 0 {
-		t.last.b, t.last.set = p[n-1], true
-	}
+	t.last.note(p[:n])
 	return n, err
 }
 

@@ -60,7 +60,8 @@ type watchdog struct {
 }
 
 // startWatchdog starts the watchdog for the attempt with this marker token.
-func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watchdog, error) {
+// cg, when not nil, is the attempt's cgroup: the watchdog kills it too.
+func startWatchdog(token string, grace time.Duration, cg *cgroup, logger *zap.Logger) (*watchdog, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("watchdog pipe: %w", err)
@@ -68,7 +69,10 @@ func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watc
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
 		Args: []string{"gpuguard", "run", "--", watchdogArg},
-		Env:  []string{watchdogEnv + "=v1 " + token + " " + strconv.FormatInt(int64(grace), 10)},
+		Env: []string{
+			watchdogEnv + "=v2 " + token + " " + strconv.FormatInt(int64(grace), 10) + " " + cgroupDesc(cg),
+			helperVar + "=" + helperToken,
+		},
 		// Its own session: a ^C on the terminal or a signal to gpuguard's
 		// process group must not take it down with gpuguard.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
@@ -81,7 +85,11 @@ func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watc
 	}
 	r.Close()
 	wd := &watchdog{cmd: cmd, w: w, logger: logger, sent: make(map[procKey]bool)}
-	go func() { _ = cmd.Wait() }()
+	watchdogs.Store(cmd.Process.Pid, struct{}{})
+	go func() {
+		_ = cmd.Wait()
+		watchdogs.Delete(cmd.Process.Pid)
+	}()
 	return wd, nil
 }
 
@@ -145,8 +153,8 @@ func (wd *watchdog) abandon() {
 
 // WatchdogMain is the watchdog process. It returns its exit status.
 func WatchdogMain() int {
-	f := strings.Fields(os.Getenv(watchdogEnv))
-	if len(f) != 3 || f[0] != "v1" {
+	f := strings.SplitN(os.Getenv(watchdogEnv), " ", 4)
+	if len(f) != 4 || f[0] != "v2" {
 		fmt.Fprintf(os.Stderr, "gpuguard watchdog: bad %s=%q\n", watchdogEnv, os.Getenv(watchdogEnv))
 		return exitcode.Software
 	}
@@ -157,7 +165,7 @@ func WatchdogMain() int {
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE, syscall.SIGTTOU, syscall.SIGTTIN)
 
-	t := newTracker(token)
+	t := newTracker(token, openCgroup(f[3]))
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := sc.Text()
@@ -176,11 +184,14 @@ func WatchdogMain() int {
 }
 
 // killTreeOrphaned stops the tree t without being its parent: SIGTERM (and
-// SIGCONT, for stopped processes), grace, SIGKILL, until nothing is left or
-// watchdogGiveUp has passed since the SIGKILL.
+// SIGCONT, for stopped processes), grace, SIGKILL (and the cgroup's kill),
+// until nothing is left or watchdogGiveUp has passed since the SIGKILL. It
+// then removes the attempt's cgroup.
 func killTreeOrphaned(t *tracker, grace time.Duration) {
+	defer t.cg.remove(time.Second)
 	ps := t.scan()
 	if alive(ps, 0) == 0 {
+		t.cg.kill()
 		return
 	}
 	signalProcs(ps, syscall.SIGTERM, 0)
@@ -198,6 +209,7 @@ func killTreeOrphaned(t *tracker, grace time.Duration) {
 			return
 		}
 		if !now.Before(killAt) {
+			t.cg.kill()
 			signalProcs(ps, syscall.SIGKILL, 0)
 		}
 	}

@@ -49,3 +49,7 @@ func lookPathIn(argv0, pathEnv, dir string) (string, error) {
 }
 
 func becomeSubreaper() error { return attempt.BecomeSubreaper() }
+
+// containmentLine says which containment the run's attempts get (one status
+// line at the start of a run).
+func containmentLine() string { return attempt.ContainmentLine() }

@@ -113,6 +113,7 @@ func prepare(cfg Config) (*Job, int) {
 		}
 	}
 	status.Printf("run directory %s", displayPath(rd.Path(), wd))
+	status.Printf("%s", containmentLine()) // one-line edit (process helper): which containment the attempts get
 	printEnv(status, cfg.NoEnv, merged)
 
 	j.Signals = notifySignals()
