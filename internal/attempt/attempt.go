@@ -109,6 +109,10 @@ type Result struct {
 	Killed           bool // SIGKILL had to be sent to the job's processes
 	Leftovers        int  // descendants still running when the main child exited (then stopped)
 	Survivors        int  // processes that outlived SIGKILL; left to the watchdog
+	// TerminalDropped is the job's output that Stdout or Stderr dropped
+	// because their destination took nothing (a Status; counted over its
+	// life): output.log has it.
+	TerminalDropped int64
 }
 
 // Attempt is one running child and its process tree.
@@ -134,6 +138,8 @@ type Attempt struct {
 	queue       *scanQueue
 	scanDone    chan struct{}
 	scanned     int64 // lines delivered; written by the scanner before scanDone
+	// termDropped: Result.TerminalDropped, written by drain.
+	termDropped int64
 
 	rawFd      int
 	rawState   *term.State
@@ -608,11 +614,16 @@ func (a *Attempt) supervise() {
 		Survivors:   survivors,
 	}
 	a.result.Code, a.result.Signal = ExitStatus(st)
+	a.result.TerminalDropped = a.termDropped
 	if a.queue != nil {
 		a.result.DroppedScanBytes = a.queue.droppedBytes()
 		a.result.ScannedLines = a.scanned
 	}
 	a.mu.Unlock()
+	if a.result.TerminalDropped > 0 {
+		a.logger.Warn("job output was not shown because the terminal took nothing; output.log has it",
+			zap.Int64("bytes", a.result.TerminalDropped))
+	}
 	if a.result.DroppedScanBytes > 0 {
 		a.logger.Warn("output dropped from scanning because the scanner fell behind",
 			zap.Int64("bytes", a.result.DroppedScanBytes))
@@ -796,6 +807,13 @@ func (a *Attempt) drain() {
 	a.readersWG.Wait()
 	for _, f := range a.readers {
 		f.Close()
+	}
+	// What the job printed is on the terminal before the attempt is over,
+	// unless the terminal takes nothing (then it is dropped, and said).
+	for _, w := range []io.Writer{a.spec.Stdout, a.spec.Stderr} {
+		if f, ok := w.(interface{ Flush() int64 }); ok {
+			a.termDropped = max(a.termDropped, f.Flush())
+		}
 	}
 	if a.queue != nil {
 		a.queue.close()

@@ -112,6 +112,22 @@ func ContainmentLine() string {
 	return containment.line
 }
 
+// CheckContainment reports why containment mode (ContainCgroup2,
+// ContainCgroup1) cannot be had here, nil when it can: it creates a cgroup
+// as an attempt would, and removes it.
+func CheckContainment(mode string) error {
+	m, err := containmentMode(mode)
+	if err != nil || m == ContainTree {
+		return err
+	}
+	cg, err := newCgroup(m, "gpuguard-check-"+newToken())
+	if cg == nil {
+		return err
+	}
+	cg.remove(0)
+	return nil
+}
+
 // containmentMode is the mode spec asks for, checked.
 func containmentMode(spec string) (string, error) {
 	m := spec

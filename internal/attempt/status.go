@@ -16,12 +16,17 @@ import (
 // destination (stdout's too, when both are the same file) was not a newline
 // (a progress bar, a prompt), a newline is written first. While the terminal
 // is in raw mode, lines end in "\r\n".
+//
+// Writes to a file (the terminal, a pipe) go through a termQueue, so that
+// one that takes nothing never blocks gpuguard: the job's output is dropped
+// from it, counted, and said (Flush), while output.log keeps every byte.
 type Status struct {
 	mu      sync.Mutex
 	err     io.Writer
 	errFile *os.File // stderr, when it is a file (for the raw-mode check)
 	out     *trackWriter
 	errw    *trackWriter
+	said    int64 // dropped bytes already said
 }
 
 // lastByte is the last byte shown on a destination that moved the cursor:
@@ -44,6 +49,7 @@ func (l *lastByte) note(p []byte) {
 type trackWriter struct {
 	s    *Status
 	w    io.Writer
+	q    *termQueue // nil: w is written directly (it cannot block: a buffer)
 	last *lastByte
 }
 
@@ -60,11 +66,12 @@ func NewStatus(stdout, stderr io.Writer) *Status {
 	s.errFile, _ = stderr.(*os.File)
 	errLast := &lastByte{}
 	outLast := &lastByte{}
+	errQ, outQ := queueFor(stderr), queueFor(stdout)
 	if SameFile(stdout, stderr) {
-		outLast = errLast
+		outLast, outQ = errLast, errQ
 	}
-	s.out = &trackWriter{s: s, w: stdout, last: outLast}
-	s.errw = &trackWriter{s: s, w: stderr, last: errLast}
+	s.out = &trackWriter{s: s, w: stdout, q: outQ, last: outLast}
+	s.errw = &trackWriter{s: s, w: stderr, q: errQ, last: errLast}
 	return s
 }
 
@@ -96,16 +103,55 @@ func (s *Status) Stdout() io.Writer { return s.out }
 // Stderr is the writer the job's stderr output goes through.
 func (s *Status) Stderr() io.Writer { return s.errw }
 
+// queueFor is the queue for w, nil for a writer that is not a file.
+func queueFor(w io.Writer) *termQueue {
+	if _, ok := w.(*os.File); ok {
+		return newTermQueue(w)
+	}
+	return nil
+}
+
 func (t *trackWriter) Write(p []byte) (int, error) {
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
-	n, err := t.w.Write(p)
+	var n int
+	var err error
+	if t.q != nil {
+		n, err = t.q.write(p)
+	} else {
+		n, err = t.w.Write(p)
+	}
 	t.last.note(p[:n])
 	return n, err
 }
 
+// Flush is Status.Flush (the attempt flushes the writers it is given).
+func (t *trackWriter) Flush() int64 { return t.s.Flush() }
+
+// Flush waits until the output queued for stdout and stderr has been
+// written, or found stuck, and returns the bytes of output dropped because
+// a destination was stuck, in all. New drops are said in a status line.
+func (s *Status) Flush() int64 {
+	var dropped int64
+	for i, q := range []*termQueue{s.out.q, s.errw.q} {
+		if q != nil && (i == 0 || q != s.out.q) {
+			dropped += q.flush()
+		}
+	}
+	s.mu.Lock()
+	news := dropped - s.said
+	s.said = dropped
+	s.mu.Unlock()
+	if news > 0 {
+		s.Printf("%d bytes of the job's output were not shown: the terminal (or the pipe gpuguard writes to) took nothing for %s; output.log has every byte",
+			news, stuckAfter)
+	}
+	return dropped
+}
+
 // Printf writes one status line. Newlines inside the message are kept on
-// one line (written as spaces) so that every line carries the prefix.
+// one line (written as spaces) so that every line carries the prefix. It
+// returns once the line is written, or its destination found stuck.
 func (s *Status) Printf(format string, args ...any) {
 	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " ")
 	nl := "\n"
@@ -113,7 +159,6 @@ func (s *Status) Printf(format string, args ...any) {
 		nl = "\r\n"
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	var b strings.Builder
 	if l := s.errw.last; l.set && l.b != '\n' {
 		b.WriteString(nl)
@@ -121,6 +166,15 @@ func (s *Status) Printf(format string, args ...any) {
 	b.WriteString("gpuguard: ")
 	b.WriteString(msg)
 	b.WriteString(nl)
-	_, _ = io.WriteString(s.err, b.String())
+	q := s.errw.q
+	if q != nil {
+		_, _ = q.write([]byte(b.String()))
+	} else {
+		_, _ = io.WriteString(s.err, b.String())
+	}
 	s.errw.last.b, s.errw.last.set = '\n', true
+	s.mu.Unlock()
+	if q != nil {
+		q.flush()
+	}
 }
