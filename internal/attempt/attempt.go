@@ -200,7 +200,7 @@ func Start(spec Spec) (*Attempt, error) {
 		env = os.Environ()
 	}
 	token := newToken()
-	env = envlist.Unset(env, MarkerVar, watchdogEnv)
+	env = envlist.Unset(env, MarkerVar, watchdogEnv, helperVar)
 	env = append(env, MarkerVar+"="+token)
 	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training

@@ -255,3 +255,18 @@ func readFile(t *testing.T, file string) string {
 	}
 	return string(b)
 }
+
+// The mark of gpuguard's own helpers is never the job's: with it, an
+// orphan of the job would pass for one of them and outlive the run.
+func TestJobDoesNotCarryTheHelperMark(t *testing.T) {
+	if os.Getenv(helperVar) == "" {
+		t.Fatalf("%s is not set in gpuguard's own environment", helperVar)
+	}
+	var out syncBuffer
+	// Not the fake trainer: the test binary sets its own mark as it starts.
+	a := start(t, Spec{Argv: []string{"sh", "-c", "echo ${" + helperVar + "-unset}"}, Stdout: &out})
+	waitDone(t, a)
+	if got := out.String(); got != "unset\n" {
+		t.Errorf("the job's environment: %q", got)
+	}
+}

@@ -7,10 +7,11 @@
 //     (127, 126);
 //   - the output pump: every byte to the terminal and output.log in the order
 //     the job wrote it, and each line to a scanner that can never hold the job
-//     up;
-//   - the job's processes (Members): which are the job's, how they are
-//     signalled (Signal) and stopped (Shutdown), and the orphans gpuguard
-//     adopts and reaps as the subreaper;
+//     up; a terminal that takes nothing never holds gpuguard up (termqueue.go);
+//   - the job's processes (Members): which are the job's (a cgroup of the
+//     attempt's own where gpuguard may create one, else its process tree and
+//     the orphans gpuguard adopts as the subreaper: cgroup.go, adopt.go),
+//     how they are signalled (Signal) and stopped (Shutdown);
 //   - the watchdog, a small process that stops the job if gpuguard is killed;
 //   - gpuguard as PID 1 (RunAsInit), and its own status lines (Status).
 //

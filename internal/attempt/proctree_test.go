@@ -115,7 +115,7 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 // (every process's stat file) and by the periodic quick scan (members and
 // new processes; every fullScanEvery-th one full):
 //
-//	go test ./internal/supervisor -run '^$' -bench TrackerScan
+//	go test ./internal/attempt -run '^$' -bench TrackerScan
 func BenchmarkTrackerScan(b *testing.B) {
 	for i := 0; i < 300; i++ {
 		c := exec.Command("sleep", "600")
