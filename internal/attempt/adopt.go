@@ -52,8 +52,13 @@ func init() {
 	_ = os.Setenv(helperVar, helperToken)
 }
 
-// liveAttempts counts the attempts running in this process.
+// liveAttempts counts the attempts running in this process, from just
+// before the fork of their child.
 var liveAttempts atomic.Int32
+
+// roots are the main children of the attempts of this process: never an
+// adopted orphan, and never reaped but by their exec.Cmd.
+var roots sync.Map // int → struct{}
 
 // watchdogs are the pids of the watchdogs this process started and has not
 // reaped: children that are never the job's.
@@ -65,10 +70,16 @@ func (t *tracker) enlist() {
 	for _, pid := range t.cg.pids() {
 		t.enroll(pid, true)
 	}
-	if !t.adopt || liveAttempts.Load() != 1 {
+	if !t.adopt {
 		return
 	}
-	for _, pid := range children(t.self) {
+	// Counted after the listing: another attempt counts itself before it
+	// forks, so a child of it listed here makes the count 2.
+	kids := children(t.self)
+	if liveAttempts.Load() != 1 {
+		return
+	}
+	for _, pid := range kids {
 		t.enroll(pid, false)
 	}
 }
@@ -83,6 +94,9 @@ func (t *tracker) enroll(pid int, inCgroup bool) {
 		return
 	}
 	if _, ok := watchdogs.Load(pid); ok {
+		return
+	}
+	if _, ok := roots.Load(pid); ok {
 		return
 	}
 	p, err := procfs.ReadStat("/proc", pid)
@@ -120,10 +134,14 @@ func (t *tracker) orphan(p procfs.Proc) bool {
 // waits for a helper gpuguard started (its own code waits for it), nor for
 // the main child (exec.Cmd.Wait does).
 func (t *tracker) reapOrphans() {
-	if !t.adopt || liveAttempts.Load() != 1 {
+	if !t.adopt {
 		return
 	}
-	for _, pid := range children(t.self) {
+	kids := children(t.self) // then counted, as in enlist
+	if liveAttempts.Load() != 1 {
+		return
+	}
+	for _, pid := range kids {
 		p, err := procfs.ReadStat("/proc", pid)
 		if err != nil || !p.Zombie() {
 			continue
@@ -132,7 +150,7 @@ func (t *tracker) reapOrphans() {
 		t.mu.Lock()
 		ours := t.known[procKey{pid, p.Start}]
 		t.mu.Unlock()
-		if ours {
+		if _, root := roots.Load(pid); ours && !root {
 			var ws syscall.WaitStatus
 			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		}

@@ -311,6 +311,9 @@ func Start(spec Spec) (*Attempt, error) {
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: fork from a locked thread that stays blocked in Wait for the
 	// child's whole life.
+	// Counted before the fork: while another attempt of this process
+	// starts, no attempt takes its child for an adopted orphan (adopt.go).
+	liveAttempts.Add(1)
 	started := make(chan forked, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -348,12 +351,14 @@ func Start(spec Spec) (*Attempt, error) {
 		a.leaveRaw()
 		wd.release()
 		a.cg.remove(0)
+		roots.Delete(a.pid)
+		liveAttempts.Add(-1)
 		return nil, startError(spec.Argv, env, path, err)
 	}
 	closeAll(childSide)
 	a.cg.started()
 	a.pid = cmd.Process.Pid
-	liveAttempts.Add(1)
+	roots.Store(a.pid, struct{}{})
 	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.setRoot(a.pid)}})
 
 	if spec.Scan != nil {
@@ -596,6 +601,7 @@ func (a *Attempt) supervise() {
 	leftovers, survivors, k := a.sweep(killAt, sigchld)
 	killed = killed || k
 	a.drain()
+	roots.Delete(a.pid)
 	liveAttempts.Add(-1)
 	if survivors == 0 && !a.cg.remove(time.Second) {
 		a.logger.Warn("the attempt's cgroup is not empty; leaving it", zap.String("cgroup", a.cg.dir))
