@@ -479,8 +479,8 @@ func (a *Attempt) Signal(sig syscall.Signal) {
 // its process group and to the processes of the job outside it, then, after
 // grace, SIGKILL to every process of the job, including those in sessions of
 // their own, until none is left. A grace of zero or less sends SIGKILL at
-// once. It returns at once; wait on Done. A later call can shorten the grace
-// (a second ^C kills at once), never lengthen it.
+// once. It returns at once; wait on Done. After a first call, a call with no
+// grace still kills at once (a second ^C); any other does nothing.
 func (a *Attempt) Shutdown(grace time.Duration) {
 	a.shutdown(grace, "")
 }
