@@ -22,10 +22,13 @@ type termQueue struct {
 	w io.Writer
 
 	mu       sync.Mutex
-	buf      []byte // pending bytes
-	spare    []byte
+	chunks   [][]byte      // pending bytes, in chunks of up to termChunk
+	size     int           // bytes in chunks
+	free     [][]byte      // chunk buffers for reuse: a flood makes no garbage
 	writing  bool          // the writer goroutine runs
-	progress chan struct{} // closed, and replaced, whenever bytes are written
+	progress chan struct{} // closed, and replaced, when bytes are written and waiters wait
+	gen      uint64        // counts the writes that took bytes
+	waiters  int           // goroutines in waitLocked
 	stuck    bool
 	dropped  int64 // bytes dropped in all
 	err      error // the destination's write error: nothing more goes there
@@ -34,12 +37,18 @@ type termQueue struct {
 const (
 	// termQueueMax bounds the bytes queued for one destination.
 	termQueueMax = 4 << 20
-	// termChunk is the most written in one call, so that progress is seen
-	// while a slow reader takes a large backlog.
+	// termChunk is the size of the queue's buffers, and the most written in
+	// one call, so that progress is seen while a slow reader takes a large
+	// backlog.
 	termChunk = 64 << 10
 	// stuckAfter is how long a destination may take nothing, with bytes
 	// pending, before it is taken to be stuck.
 	stuckAfter = 2 * time.Second
+	// termLinger is how long the writer lets output pile up after a
+	// write that emptied the queue. Under a flood it then wakes at most a
+	// thousand times a second rather than once per read of the job's
+	// output, and a line after a pause is written at once.
+	termLinger = time.Millisecond
 )
 
 func newTermQueue(w io.Writer) *termQueue {
@@ -56,7 +65,7 @@ func (q *termQueue) write(p []byte) (int, error) {
 		if q.err != nil {
 			return 0, q.err
 		}
-		if len(q.buf)+len(p) <= termQueueMax || len(q.buf) == 0 {
+		if q.size+len(p) <= termQueueMax || q.size == 0 {
 			break
 		}
 		if q.stuck {
@@ -65,18 +74,34 @@ func (q *termQueue) write(p []byte) (int, error) {
 		}
 		q.waitLocked()
 	}
-	q.buf = append(q.buf, p...)
+	n := len(p)
+	for len(p) > 0 {
+		var last []byte
+		if k := len(q.chunks); k > 0 && len(q.chunks[k-1]) < termChunk {
+			last = q.chunks[k-1]
+			q.chunks = q.chunks[:k-1]
+		} else if k := len(q.free); k > 0 {
+			last, q.free = q.free[k-1][:0], q.free[:k-1]
+		} else {
+			last = make([]byte, 0, termChunk)
+		}
+		m := min(len(p), termChunk-len(last))
+		q.chunks = append(q.chunks, append(last, p[:m]...))
+		p = p[m:]
+	}
+	q.size += n
 	if !q.writing {
 		q.writing = true
 		go q.run()
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // waitLocked waits, without q.mu, for the destination to take bytes, or
 // marks it stuck after stuckAfter without.
 func (q *termQueue) waitLocked() {
-	ch := q.progress
+	ch, gen := q.progress, q.gen
+	q.waiters++
 	q.mu.Unlock()
 	t := time.NewTimer(stuckAfter)
 	select {
@@ -85,40 +110,52 @@ func (q *termQueue) waitLocked() {
 	}
 	t.Stop()
 	q.mu.Lock()
-	if q.progress == ch && q.writing {
+	q.waiters--
+	if q.gen == gen && q.writing {
 		q.stuck = true
 	}
 }
 
-// run writes the queue out until it is empty.
+// progressedLocked records a write that took bytes, and wakes the waiters.
+func (q *termQueue) progressedLocked() {
+	q.gen++
+	q.stuck = false
+	if q.waiters > 0 {
+		close(q.progress)
+		q.progress = make(chan struct{})
+	}
+}
+
+// run writes the queue out, chunk by chunk, until it is empty.
 func (q *termQueue) run() {
 	q.mu.Lock()
-	for len(q.buf) > 0 && q.err == nil {
-		out, orig := q.buf, q.buf
-		q.buf = q.spare[:0]
+	for len(q.chunks) > 0 && q.err == nil {
+		c := q.chunks[0]
+		q.chunks[0] = nil
+		q.chunks = q.chunks[1:]
 		q.mu.Unlock()
-		var err error
-		for len(out) > 0 && err == nil {
-			n := min(len(out), termChunk)
-			n, err = q.w.Write(out[:n])
-			out = out[n:]
-			q.mu.Lock()
-			q.stuck = false
-			close(q.progress)
-			q.progress = make(chan struct{})
-			q.mu.Unlock()
-		}
+		n, err := q.w.Write(c)
 		q.mu.Lock()
+		q.size -= len(c)
+		if n > 0 {
+			q.progressedLocked()
+		}
 		if err != nil {
 			q.err = err
-			q.dropped += int64(len(out) + len(q.buf))
-			q.buf = nil
+			q.dropped += int64(len(c) - n + q.size)
+			q.chunks, q.size = nil, 0
 		}
-		q.spare = orig[:0]
+		if len(q.free) < termQueueMax/termChunk {
+			q.free = append(q.free, c[:0])
+		}
+		if len(q.chunks) == 0 && q.err == nil {
+			q.mu.Unlock()
+			time.Sleep(termLinger)
+			q.mu.Lock()
+		}
 	}
 	q.writing = false
-	close(q.progress)
-	q.progress = make(chan struct{})
+	q.progressedLocked()
 	q.mu.Unlock()
 }
 
@@ -128,11 +165,11 @@ func (q *termQueue) run() {
 func (q *termQueue) flush() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for (len(q.buf) > 0 || q.writing) && !q.stuck && q.err == nil {
+	for (q.size > 0 || q.writing) && !q.stuck && q.err == nil {
 		q.waitLocked()
 	}
 	if q.stuck {
-		return q.dropped + int64(len(q.buf))
+		return q.dropped + int64(q.size)
 	}
 	return q.dropped
 }
