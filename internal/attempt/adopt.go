@@ -67,7 +67,8 @@ var watchdogs sync.Map // int → struct{}
 // enlist makes members of the processes in the attempt's cgroup and of the
 // orphans gpuguard adopted from the job.
 func (t *tracker) enlist() {
-	for _, pid := range t.cg.pids() {
+	inCg := t.cg.pids()
+	for _, pid := range inCg {
 		t.enroll(pid, true)
 	}
 	if !t.adopt {
@@ -82,6 +83,26 @@ func (t *tracker) enlist() {
 	for _, pid := range kids {
 		t.enroll(pid, false)
 	}
+	t.forget(inCg, kids)
+}
+
+// forget drops the decisions about processes that are neither in the
+// cgroup nor gpuguard's children any more (dead and reaped): a job that
+// orphans helpers for days must not grow the map.
+func (t *tracker) forget(lists ...[]int) {
+	now := make(map[int]bool)
+	for _, l := range lists {
+		for _, pid := range l {
+			now[pid] = true
+		}
+	}
+	t.mu.Lock()
+	for k := range t.known {
+		if !now[k.pid] {
+			delete(t.known, k)
+		}
+	}
+	t.mu.Unlock()
 }
 
 // enroll decides whether pid, in the attempt's cgroup or a child of
