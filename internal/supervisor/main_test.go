@@ -36,8 +36,7 @@ import (
 // test process (a subreaper), which reaps them (see gone).
 func TestMain(m *testing.M) { supervisortest.Main(m, helpers, supervisortest.Subreaper()) }
 
-var helpers = supervisortest.Modes("mixed", "alternate", "bigline", "notrail", "flood", "exit", "kill",
-	"ignoreterm", "record", "trap", "tree", "stdin", "printenv", "istty", "winsize").With(supervisortest.Helpers{
+var helpers = supervisortest.Modes("mixed", "alternate", "notrail", "ignoreterm", "record", "trap", "tree").With(supervisortest.Helpers{
 	"-gpuguard":       runAsGpuguard,
 	"-gpuguard-group": runAsGroupMember,
 	"run":             runWatchdog,

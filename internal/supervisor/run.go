@@ -95,6 +95,7 @@ func prepare(cfg Config, wd string, env []string, merged envinject.Result) (*Job
 	}
 	if !cfg.Quiet {
 		status.Printf("run directory %s", displayPath(rd.Path(), wd))
+		status.Printf("%s", containmentLine()) // which containment the attempts get
 	}
 	printEnv(status, cfg.NoEnv, cfg.Quiet, merged)
 

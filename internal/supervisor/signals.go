@@ -3,19 +3,16 @@ package supervisor
 import (
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/gpuguard/gpuguard/internal/attempt"
 
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
 // forwardedSignals are the signals gpuguard passes on to the job.
-var forwardedSignals = []syscall.Signal{
-	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
-}
+var forwardedSignals = attempt.ForwardedSignals
 
 // terminating reports whether sig asks the job to end: after one, gpuguard
 // never starts the command again.
@@ -257,9 +254,4 @@ func (s *Signals) deliver(ev signalEvent) {
 }
 
 // signalName is "SIGINT" for SIGINT.
-func signalName(sig syscall.Signal) string {
-	if name := unix.SignalName(sig); name != "" {
-		return name
-	}
-	return "signal " + strconv.Itoa(int(sig))
-}
+func signalName(sig syscall.Signal) string { return attempt.SignalName(sig) }

@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"os"
@@ -13,16 +13,16 @@ import (
 // This file holds the supervisor's view of a job's processes. Which
 // processes are the job's is decided by procfs.Tree (the main child, its
 // descendants, and every process carrying the attempt's marker variable,
-// markerVar, in its initial environment; a member stays one for as long as
+// MarkerVar, in its initial environment; a member stays one for as long as
 // it lives); the tracker owns an attempt's Tree, knowing its marker, and
 // hands the same members to the memory sampler (Attempt.Processes) that it
 // stops and kills.
 
-// markerVar is set in every job's environment to a token unique to the
+// MarkerVar is set in every job's environment to a token unique to the
 // attempt, so that gpuguard (and its watchdog, should gpuguard die) can find
 // every process the job started, even after they left its process group and
 // session. Programs must not rely on its value.
-const markerVar = "GPUGUARD_ATTEMPT_TOKEN"
+const MarkerVar = "GPUGUARD_ATTEMPT_TOKEN"
 
 // procInfo is the part of a procfs.Proc that the supervisor acts on: it
 // signals, reaps and tells the watchdog about processes by it.
@@ -57,10 +57,22 @@ type procKey struct {
 type tracker struct {
 	self int // gpuguard's pid: never part of the job
 	tree *procfs.Tree
+	// cg is the attempt's cgroup, nil when there is none: every process in
+	// it is the job's.
+	cg *cgroup
+	// adopt: gpuguard's children other than its helpers are the job's
+	// (orphans it adopted as the subreaper; see adopted). Off in the
+	// watchdog, which adopts nothing.
+	adopt bool
+	root  int // the main child
+
+	mu    sync.Mutex
+	known map[procKey]bool // processes adopt has decided on: true, the job's
 }
 
-func newTracker(token string) *tracker {
-	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", markerVar+"="+token)}
+func newTracker(token string, cg *cgroup) *tracker {
+	t := &tracker{self: os.Getpid(), tree: procfs.NewTree("/proc", MarkerVar+"="+token), cg: cg,
+		known: make(map[procKey]bool)}
 	t.tree.Exclude(t.self)
 	return t
 }
@@ -69,6 +81,9 @@ func newTracker(token string) *tracker {
 // already gone: then the marker is looked for in every process). It must be
 // called before scan.
 func (t *tracker) setRoot(pid int) uint64 {
+	t.mu.Lock()
+	t.root = pid
+	t.mu.Unlock()
 	p, _ := t.tree.SetRoot(pid)
 	return p.Start
 }
@@ -78,13 +93,24 @@ func (t *tracker) remember(pid int, start uint64) { t.tree.Remember(pid, start) 
 
 // scan returns the members of the tree now in /proc, zombies included. It
 // reads the stat file of every process on the machine.
-func (t *tracker) scan() []procInfo { return infosOf(t.tree.Scan()) }
+func (t *tracker) scan() []procInfo { return infosOf(t.scanProcs(true)) }
+
+// scanProcs is scan (full) or scanQuick, as procfs.Procs: first the
+// processes in the attempt's cgroup and the orphans gpuguard adopted become
+// members, then the tree is read.
+func (t *tracker) scanProcs(full bool) []procfs.Proc {
+	t.enlist()
+	if full {
+		return t.tree.Scan()
+	}
+	return t.tree.ScanQuick()
+}
 
 // scanQuick is scan for the periodic look at the tree while the job runs:
 // it reads only the members and the processes that are new since the last
 // scan, and every tenth time all of them (procfs.Tree.ScanQuick). Stopping
 // and killing always use scan.
-func (t *tracker) scanQuick() []procInfo { return infosOf(t.tree.ScanQuick()) }
+func (t *tracker) scanQuick() []procInfo { return infosOf(t.scanProcs(false)) }
 
 // Processes appends to dst the job's live processes as the tracker's latest
 // scan found them, the main child first while it lives: the processes
@@ -133,10 +159,10 @@ func alive(ps []procInfo, exclude int) int {
 
 var subreaperOnce sync.Once
 
-// becomeSubreaper makes gpuguard the reaper of orphaned descendants, so that
+// BecomeSubreaper makes gpuguard the reaper of orphaned descendants, so that
 // workers whose parent died are reparented to it (and can be found and
 // reaped) instead of to init. It is process-wide and idempotent.
-func becomeSubreaper() error {
+func BecomeSubreaper() error {
 	var err error
 	subreaperOnce.Do(func() { err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
 	return err

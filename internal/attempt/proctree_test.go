@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 		// Written once the escaped shell runs (its environment is in place),
 		// then kept alive.
 		`ESCAPE=echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 60; done`)
-	a := start(t, attemptSpec{Env: env, Grace: time.Second, Argv: []string{"sh", "-c",
+	a := start(t, Spec{Env: env, Grace: time.Second, Argv: []string{"sh", "-c",
 		`setsid sh -c 'sh -c "$ESCAPE" </dev/null >/dev/null 2>&1 &'
 		echo left > "$LEFTFILE.tmp" && mv "$LEFTFILE.tmp" "$LEFTFILE"
 		exec sleep 60`}})
@@ -115,7 +115,7 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 // (every process's stat file) and by the periodic quick scan (members and
 // new processes; every fullScanEvery-th one full):
 //
-//	go test ./internal/supervisor -run '^$' -bench TrackerScan
+//	go test ./internal/attempt -run '^$' -bench TrackerScan
 func BenchmarkTrackerScan(b *testing.B) {
 	for i := 0; i < 300; i++ {
 		c := exec.Command("sleep", "600")
@@ -125,7 +125,7 @@ func BenchmarkTrackerScan(b *testing.B) {
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
 	dir := b.TempDir()
-	a, err := startAttempt(attemptSpec{Argv: fake("tree", filepath.Join(dir, "pids")), Grace: time.Second})
+	a, err := Start(Spec{Argv: fake("tree", filepath.Join(dir, "pids")), Grace: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

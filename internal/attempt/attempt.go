@@ -1,12 +1,14 @@
-package supervisor
+package attempt
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -20,11 +22,12 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/envlist"
 	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 )
 
-// defaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
-// when attemptSpec.Grace is zero.
-const defaultGrace = 10 * time.Second
+// DefaultGrace is the time a job gets between the polite SIGTERM and SIGKILL
+// when Spec.Grace is zero.
+const DefaultGrace = 10 * time.Second
 
 const (
 	// drainTimeout bounds the wait for the rest of the child's output once
@@ -42,13 +45,13 @@ const (
 	killGiveUp = 10 * time.Second
 )
 
-// attemptSpec describes one child lifetime.
-type attemptSpec struct {
+// Spec describes one child lifetime.
+type Spec struct {
 	// Argv is the command; Argv[0] is looked up in the PATH of Env (not in
 	// gpuguard's own PATH) unless it contains a '/'.
 	Argv []string
 	// Env is the complete environment (KEY=VALUE); nil means os.Environ().
-	// startAttempt adds markerVar, and PYTHONUNBUFFERED=1 under pipes when
+	// Start adds MarkerVar, and PYTHONUNBUFFERED=1 under pipes when
 	// Env does not set it.
 	Env []string
 	// Dir is the working directory; "" means gpuguard's.
@@ -58,7 +61,7 @@ type attemptSpec struct {
 	// OnePipe, under pipes, gives the child one pipe for its stdout and
 	// stderr, as `2>&1` does, so that its bytes keep the order it wrote them
 	// in; everything then goes to Stdout, as stream 1. Set it when
-	// gpuguard's own stdout and stderr are one file (see sameFile): two
+	// gpuguard's own stdout and stderr are one file (see SameFile): two
 	// pipes read apart cannot keep the order of two streams.
 	OnePipe bool
 	// Stdin is the child's standard input; nil means /dev/null. Under a pty,
@@ -81,14 +84,18 @@ type attemptSpec struct {
 	// not retain l.Text. A nil Scan disables scanning.
 	Scan func(stream int, l lines.Line)
 	// Grace is the time between the polite SIGTERM and SIGKILL when the
-	// job is stopped; zero means defaultGrace.
+	// job is stopped; zero means DefaultGrace.
 	Grace time.Duration
 	// Logger receives gpuguard's own diagnostics; nil discards them.
 	Logger *zap.Logger
+	// Containment says how the job's processes are held together: "auto"
+	// (or ""), "cgroup2", "cgroup1" or "tree" (see cgroup.go); "" reads
+	// $GPUGUARD_CONTAINMENT.
+	Containment string
 }
 
-// attemptResult is how an attempt ended.
-type attemptResult struct {
+// Result is how an attempt ended.
+type Result struct {
 	Pid    int
 	Code   int            // the child's exit code, or 128+signal
 	Signal syscall.Signal // the signal that killed the child; 0 when it exited
@@ -102,11 +109,15 @@ type attemptResult struct {
 	Killed           bool // SIGKILL had to be sent to the job's processes
 	Leftovers        int  // descendants still running when the main child exited (then stopped)
 	Survivors        int  // processes that outlived SIGKILL; left to the watchdog
+	// TerminalDropped is the job's output that Stdout or Stderr dropped
+	// because their destination took nothing (a Status; counted over its
+	// life): output.log has it.
+	TerminalDropped int64
 }
 
 // Attempt is one running child and its process tree.
 type Attempt struct {
-	spec    attemptSpec
+	spec    Spec
 	logger  *zap.Logger
 	grace   time.Duration
 	env     []string
@@ -114,15 +125,21 @@ type Attempt struct {
 	pid     int
 	ptmx    *os.File // nil under pipes
 	tracker *tracker
+	cg      *cgroup // nil: the job is contained by its tree alone
 	wd      *watchdog
 	start   time.Time
 
 	readers   []*os.File
 	pumps     []*reader
 	readersWG sync.WaitGroup
-	queue     *scanQueue
-	scanDone  chan struct{}
-	scanned   int64 // lines delivered; written by the scanner before scanDone
+	// readersDone is closed when every reader has reached the end of its
+	// stream: no process holds the job's output open any more.
+	readersDone chan struct{}
+	queue       *scanQueue
+	scanDone    chan struct{}
+	scanned     int64 // lines delivered; written by the scanner before scanDone
+	// termDropped: Result.TerminalDropped, written by drain.
+	termDropped int64
 
 	rawFd      int
 	rawState   *term.State
@@ -131,7 +148,7 @@ type Attempt struct {
 	restoreRaw sync.Once
 	typed      atomic.Int32 // first interrupt typed into the pty (raw mode)
 
-	stopCh   chan struct{}
+	stopCh   chan time.Duration // Shutdown's grace
 	killCh   chan struct{}
 	exitedCh chan struct{} // closed when the main child has been reaped
 	done     chan struct{}
@@ -143,30 +160,30 @@ type Attempt struct {
 	killed      bool
 	state       *os.ProcessState
 	end         time.Time
-	result      attemptResult
+	result      Result
 }
 
-// startAttempt starts spec's command and returns once it runs. The child gets
+// Start starts spec's command and returns once it runs. The child gets
 // its own process group (under a pty, its own session with the pty as
 // controlling terminal) and dies if gpuguard dies (Pdeathsig, backed by a
 // watchdog process that also stops its descendants). gpuguard becomes a child
 // subreaper, so that orphaned descendants are reparented to it.
 //
-// A command that cannot be started returns an *Error with exitNotFound
-// (127: not in PATH, or no such file) or exitNotRunnable (126: a directory,
+// A command that cannot be started returns an *Error with exitcode.NotFound
+// (127: not in PATH, or no such file) or exitcode.NotRunnable (126: a directory,
 // not executable, bad interpreter); its message names the PATH searched and
 // what to do. Other failures (pty or pipe creation) return an *Error with
-// exitSoftware.
-func startAttempt(spec attemptSpec) (*Attempt, error) {
+// exitcode.Software.
+func Start(spec Spec) (*Attempt, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return nil, &Error{Code: ExitUsage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
+		return nil, &exitcode.Error{Code: exitcode.Usage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
 	}
 	a := &Attempt{
 		spec:     spec,
 		logger:   spec.Logger,
 		grace:    spec.Grace,
 		rawFd:    -1,
-		stopCh:   make(chan struct{}, 1),
+		stopCh:   make(chan time.Duration, 1),
 		killCh:   make(chan struct{}, 1),
 		exitedCh: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -175,7 +192,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		a.logger = zap.NewNop()
 	}
 	if a.grace <= 0 {
-		a.grace = defaultGrace
+		a.grace = DefaultGrace
 	}
 
 	env := spec.Env
@@ -183,8 +200,8 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		env = os.Environ()
 	}
 	token := newToken()
-	env = envlist.Unset(env, markerVar, watchdogEnv)
-	env = append(env, markerVar+"="+token)
+	env = envlist.Unset(env, MarkerVar, watchdogEnv, helperVar)
+	env = append(env, MarkerVar+"="+token)
 	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training
 		// script's progress would arrive in 8 KiB lumps, late.
@@ -193,22 +210,32 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 	a.env = env
 
 	pathEnv, _ := envlist.Lookup(env, "PATH")
-	path, err := lookPathIn(spec.Argv[0], pathEnv, spec.Dir)
+	path, err := LookPathIn(spec.Argv[0], pathEnv, spec.Dir)
 	if err != nil {
 		return nil, err
 	}
 	if spec.Dir != "" {
 		if st, err := os.Stat(spec.Dir); err != nil || !st.IsDir() {
-			return nil, &Error{Code: exitNotRunnable, Err: err,
+			return nil, &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
 				Msg: fmt.Sprintf("cannot run %q in directory %q: it does not exist or is not a directory", spec.Argv[0], spec.Dir)}
 		}
 	}
 
-	if err := becomeSubreaper(); err != nil {
+	if err := BecomeSubreaper(); err != nil {
 		a.logger.Warn("could not become a child subreaper; orphaned workers will be found by their environment only", zap.Error(err))
 	}
-	a.tracker = newTracker(token)
-	wd, err := startWatchdog(token, a.grace, a.logger)
+	mode, err := containmentMode(spec.Containment)
+	if err != nil {
+		return nil, &exitcode.Error{Code: exitcode.Usage, Err: err, Msg: err.Error()}
+	}
+	cg, why := newCgroup(mode, "gpuguard-"+token)
+	if cg == nil && mode != ContainTree {
+		a.logger.Info("no cgroup for the attempt: its processes are those of its tree", zap.Error(why))
+	}
+	a.cg = cg
+	a.tracker = newTracker(token, cg)
+	a.tracker.adopt = true
+	wd, err := startWatchdog(token, a.grace, cg, a.logger)
 	if err != nil {
 		a.logger.Warn("no watchdog: if gpuguard is killed, only the direct child is killed with it", zap.Error(err))
 	}
@@ -233,7 +260,8 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		ptmx, tty, err := openPTY()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
+			a.cg.remove(0)
+			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
 		}
 		a.ptmx = ptmx
 		a.setSize()
@@ -251,7 +279,8 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			wd.release()
-			return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+			a.cg.remove(0)
+			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
@@ -262,7 +291,8 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 			if err != nil {
 				closeAll([]*os.File{outR, outW})
 				wd.release()
-				return nil, &Error{Code: exitSoftware, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+				a.cg.remove(0)
+				return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
 			}
 			cmd.Stderr = errW
 			childSide = append(childSide, errW)
@@ -272,7 +302,7 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 	if spec.Stdin == nil && cmd.Stdin == nil {
 		cmd.Stdin = nil // exec opens /dev/null
 	}
-	a.cmd = cmd
+	a.cg.prepare(cmd.SysProcAttr)
 
 	if spec.PTY && a.wantRaw() {
 		a.enterRaw()
@@ -281,33 +311,54 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: fork from a locked thread that stays blocked in Wait for the
 	// child's whole life.
-	started := make(chan error, 1)
+	// Counted before the fork: while another attempt of this process
+	// starts, no attempt takes its child for an adopted orphan (adopt.go).
+	liveAttempts.Add(1)
+	started := make(chan forked, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			runtime.UnlockOSThread()
-			started <- err
+		f := a.fork(cmd)
+		started <- f
+		if f.err != nil {
+			if !f.threadStuck {
+				runtime.UnlockOSThread()
+			}
 			return
 		}
-		started <- nil
-		_ = cmd.Wait()
+		_ = f.cmd.Wait()
 		end := time.Now()
-		runtime.UnlockOSThread()
+		if !f.threadStuck {
+			// A thread that could not leave the job's v1 cgroup ends
+			// with this goroutine, locked.
+			runtime.UnlockOSThread()
+		}
 		a.mu.Lock()
-		a.state, a.end = cmd.ProcessState, end
+		a.state, a.end = f.cmd.ProcessState, end
 		a.mu.Unlock()
 		close(a.exitedCh)
 	}()
 	a.start = time.Now()
-	if err := <-started; err != nil {
+	f := <-started
+	if f.cgErr != nil {
+		a.logger.Warn("the job could not start in its cgroup: its processes are those of its tree", zap.String("cgroup", a.cg.dir), zap.Error(f.cgErr))
+		a.cg.remove(0)
+		a.cg, a.tracker.cg = nil, nil
+	}
+	cmd = f.cmd
+	if err := f.err; err != nil {
 		closeAll(childSide)
 		closeAll(a.readers)
 		a.leaveRaw()
 		wd.release()
-		return nil, startError(spec.Argv[0], path, err)
+		a.cg.remove(0)
+		roots.Delete(a.pid)
+		liveAttempts.Add(-1)
+		return nil, startError(spec.Argv, env, path, err)
 	}
 	closeAll(childSide)
+	a.cg.started()
 	a.pid = cmd.Process.Pid
+	roots.Store(a.pid, struct{}{})
 	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.setRoot(a.pid)}})
 
 	if spec.Scan != nil {
@@ -342,6 +393,11 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 			r.run()
 		}()
 	}
+	a.readersDone = make(chan struct{})
+	go func() {
+		a.readersWG.Wait()
+		close(a.readersDone)
+	}()
 	if a.rawState != nil {
 		a.stdinStop, a.stdinDone = make(chan struct{}), make(chan struct{})
 		go a.copyStdin()
@@ -353,19 +409,27 @@ func startAttempt(spec attemptSpec) (*Attempt, error) {
 // PID is the main child's process id.
 func (a *Attempt) PID() int { return a.pid }
 
-// Pids returns the live process tree: the main child (until it exits) and
-// every descendant, including those that started their own session. It reads
-// /proc; the order is unspecified.
-func (a *Attempt) Pids() []int {
-	ps := a.tracker.scan()
-	a.wd.track(ps)
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		if !p.zombie() {
-			out = append(out, p.pid)
+// Members returns the job's live processes, read from /proc now: the main
+// child (until it exits) and every process that is the job's (its
+// descendants, those that started sessions of their own, those carrying the
+// attempt's marker, and, under a cgroup, every process in it). These are the
+// processes Shutdown stops. The order is unspecified.
+func (a *Attempt) Members() []procfs.Proc {
+	raw := a.tracker.scanProcs(true)
+	a.wd.track(infosOf(raw))
+	out := raw[:0]
+	for _, p := range raw {
+		if p.State != 'Z' && p.State != 'X' {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// Wait waits until the attempt is over (Done) and returns how it ended.
+func (a *Attempt) Wait() Result {
+	<-a.done
+	return a.Result()
 }
 
 // Done is closed when the main child has exited, every descendant is gone
@@ -374,7 +438,7 @@ func (a *Attempt) Pids() []int {
 func (a *Attempt) Done() <-chan struct{} { return a.done }
 
 // Result reports how the attempt ended. It is valid after Done is closed.
-func (a *Attempt) Result() attemptResult {
+func (a *Attempt) Result() Result {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.result
@@ -411,45 +475,48 @@ func (a *Attempt) Signal(sig syscall.Signal) {
 	}
 }
 
-// Stop stops the job politely: SIGTERM (and SIGCONT, in case it is stopped)
-// to its process group and to the processes of the tree outside it, then,
-// after the grace period, SIGKILL to every
-// process of the tree found through /proc, including those in sessions of
-// their own, until none is left. It returns at once; wait on Done. Later
-// calls do nothing.
-func (a *Attempt) Stop(reason string) {
+// Shutdown stops the job: SIGTERM (and SIGCONT, in case it is stopped) to
+// its process group and to the processes of the job outside it, then, after
+// grace, SIGKILL to every process of the job, including those in sessions of
+// their own, until none is left. A grace of zero or less sends SIGKILL at
+// once. It returns at once; wait on Done. After a first call, a call with no
+// grace still kills at once (a second ^C); any other does nothing.
+func (a *Attempt) Shutdown(grace time.Duration) {
+	a.shutdown(grace, "")
+}
+
+// Stop is Shutdown with the attempt's grace period (Spec.Grace), saying why
+// (Result.StopReason, the first reason given).
+func (a *Attempt) Stop(reason string) { a.shutdown(a.grace, reason) }
+
+// Kill is Shutdown without a grace period (a second ^C), saying why.
+func (a *Attempt) Kill(reason string) { a.shutdown(0, reason) }
+
+func (a *Attempt) shutdown(grace time.Duration, reason string) {
 	a.mu.Lock()
-	if a.stopping {
-		a.mu.Unlock()
+	again := a.stopping
+	a.stopping, a.stoppedByUs = true, true
+	if a.stopReason == "" {
+		a.stopReason = reason
+	}
+	a.mu.Unlock()
+	if grace <= 0 {
+		select {
+		case a.killCh <- struct{}{}:
+		default:
+		}
 		return
 	}
-	a.stopping, a.stoppedByUs = true, true
-	if a.stopReason == "" {
-		a.stopReason = reason
+	if again {
+		return
 	}
-	a.mu.Unlock()
 	select {
-	case a.stopCh <- struct{}{}:
+	case a.stopCh <- grace:
 	default:
 	}
 }
 
-// Kill sends SIGKILL to every process of the tree at once, without a grace
-// period (a second ^C). It returns at once; wait on Done.
-func (a *Attempt) Kill(reason string) {
-	a.mu.Lock()
-	a.stopping, a.stoppedByUs = true, true
-	if a.stopReason == "" {
-		a.stopReason = reason
-	}
-	a.mu.Unlock()
-	select {
-	case a.killCh <- struct{}{}:
-	default:
-	}
-}
-
-// Resize sets the pty's window size again from attemptSpec.Term (after our
+// Resize sets the pty's window size again from Spec.Term (after our
 // terminal was resized: SIGWINCH). The kernel signals the job's foreground
 // group with SIGWINCH when the size changes. It does nothing under pipes.
 func (a *Attempt) Resize() {
@@ -492,20 +559,26 @@ func (a *Attempt) supervise() {
 	timer.Stop()
 	tick := time.NewTicker(trackInterval)
 	defer tick.Stop()
+	// An orphan of the job that dies is reaped at once (adopt.go).
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
 	killed := false
 
 	for exited := false; !exited; {
 		select {
 		case <-a.exitedCh:
 			exited = true
-		case <-a.stopCh:
+		case <-sigchld:
+			a.tracker.reapOrphans()
+		case grace := <-a.stopCh:
 			a.Signal(syscall.SIGTERM)
 			a.Signal(syscall.SIGCONT)
 			a.signalStrays(syscall.SIGTERM)
 			a.signalStrays(syscall.SIGCONT)
 			if killAt.IsZero() {
-				killAt = time.Now().Add(a.grace)
-				timer.Reset(a.grace)
+				killAt = time.Now().Add(grace)
+				timer.Reset(grace)
 			}
 		case <-a.killCh:
 			killAt = time.Now()
@@ -525,13 +598,18 @@ func (a *Attempt) supervise() {
 	}
 	timer.Stop()
 
-	leftovers, survivors, k := a.sweep(killAt)
+	leftovers, survivors, k := a.sweep(killAt, sigchld)
 	killed = killed || k
 	a.drain()
+	roots.Delete(a.pid)
+	liveAttempts.Add(-1)
+	if survivors == 0 && !a.cg.remove(time.Second) {
+		a.logger.Warn("the attempt's cgroup is not empty; leaving it", zap.String("cgroup", a.cg.dir))
+	}
 
 	a.mu.Lock()
 	st := a.state
-	a.result = attemptResult{
+	a.result = Result{
 		Pid:         a.pid,
 		Start:       a.start,
 		End:         a.end,
@@ -541,12 +619,17 @@ func (a *Attempt) supervise() {
 		Leftovers:   leftovers,
 		Survivors:   survivors,
 	}
-	a.result.Code, a.result.Signal = exitStatus(st)
+	a.result.Code, a.result.Signal = ExitStatus(st)
+	a.result.TerminalDropped = a.termDropped
 	if a.queue != nil {
 		a.result.DroppedScanBytes = a.queue.droppedBytes()
 		a.result.ScannedLines = a.scanned
 	}
 	a.mu.Unlock()
+	if a.result.TerminalDropped > 0 {
+		a.logger.Warn("job output was not shown because the terminal took nothing; output.log has it",
+			zap.Int64("bytes", a.result.TerminalDropped))
+	}
 	if a.result.DroppedScanBytes > 0 {
 		a.logger.Warn("output dropped from scanning because the scanner fell behind",
 			zap.Int64("bytes", a.result.DroppedScanBytes))
@@ -581,14 +664,18 @@ func (a *Attempt) signalStrays(sig syscall.Signal) {
 func (a *Attempt) killTree() bool {
 	ps := a.tracker.scan()
 	a.wd.track(ps)
-	return signalProcs(ps, syscall.SIGKILL, 0) > 0
+	cg := a.cg.kill()
+	return signalProcs(ps, syscall.SIGKILL, 0) > 0 || cg
 }
 
-// sweep stops the descendants still running after the main child exited:
-// SIGTERM (unless a SIGKILL is already due), the grace period, then SIGKILL,
-// until none is left. It returns how many there were, how many outlived
-// SIGKILL for killGiveUp, and whether SIGKILL was sent.
-func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool) {
+// sweep stops the processes of the job still running after the main child
+// exited. Unless a SIGKILL is already due, they may first go on writing
+// until the job's output is closed (the last lines of a logger or an
+// uploader), for up to the grace period; then they get SIGTERM, the grace
+// period, and SIGKILL (the cgroup's kill with it), until none is left. It
+// returns how many there were, how many outlived SIGKILL for killGiveUp, and
+// whether SIGKILL was sent.
+func (a *Attempt) sweep(killAt time.Time, sigchld <-chan os.Signal) (leftovers, survivors int, killed bool) {
 	ps := a.tracker.scan()
 	a.tracker.reapZombies(ps, a.pid)
 	leftovers = alive(ps, a.pid)
@@ -596,17 +683,35 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		a.reapRest()
 		return 0, 0, false
 	}
+	a.wd.track(ps)
+	if killAt.IsZero() {
+		var gone bool
+		killAt, gone = a.drainLeftovers(sigchld)
+		if gone {
+			// They finished by themselves: none was stopped.
+			a.reapRest()
+			return 0, 0, false
+		}
+		ps = a.tracker.scan()
+		a.tracker.reapZombies(ps, a.pid)
+		if leftovers = alive(ps, a.pid); leftovers == 0 {
+			a.cg.kill()
+			a.reapRest()
+			return 0, 0, false
+		}
+	}
 	pids := make([]int, 0, leftovers)
 	for _, p := range ps {
-		if !p.zombie() {
+		if !p.zombie() && p.pid != a.pid {
 			pids = append(pids, p.pid)
 		}
 	}
 	a.logger.Info("stopping processes the job left running", zap.Ints("pids", pids))
-	a.wd.track(ps)
 	if killAt.IsZero() {
 		signalProcs(ps, syscall.SIGTERM, a.pid)
 		signalProcs(ps, syscall.SIGCONT, a.pid)
+		a.cg.signal(syscall.SIGTERM)
+		a.cg.signal(syscall.SIGCONT)
 		killAt = time.Now().Add(a.grace)
 	}
 	giveUp := killAt.Add(killGiveUp)
@@ -616,6 +721,7 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		case <-a.killCh:
 			killAt = time.Now()
 		case <-a.stopCh:
+		case <-sigchld:
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 100*time.Millisecond)
@@ -623,12 +729,16 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 		a.tracker.reapZombies(ps, a.pid)
 		n := alive(ps, a.pid)
 		if n == 0 {
+			a.cg.kill() // what no scan saw
 			a.reapRest()
 			return leftovers, 0, killed
 		}
 		now := time.Now()
 		if !now.Before(killAt) {
 			a.wd.track(ps)
+			if a.cg.kill() {
+				killed = true
+			}
 			if signalProcs(ps, syscall.SIGKILL, a.pid) > 0 {
 				killed = true
 			}
@@ -637,6 +747,38 @@ func (a *Attempt) sweep(killAt time.Time) (leftovers, survivors int, killed bool
 			a.logger.Error("processes of the job survive SIGKILL (stuck in the kernel?); leaving them to the watchdog",
 				zap.Int("count", n))
 			return leftovers, n, killed
+		}
+	}
+}
+
+// drainLeftovers lets the processes the job left running write until the
+// job's output is closed, they are all gone, or the grace period ends. A
+// Kill ends the wait with a SIGKILL due now (killAt); a Stop ends it
+// early. gone reports that no process is left.
+func (a *Attempt) drainLeftovers(sigchld <-chan os.Signal) (killAt time.Time, gone bool) {
+	grace := time.NewTimer(a.grace)
+	defer grace.Stop()
+	tick := time.NewTicker(trackInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.readersDone:
+			return time.Time{}, false
+		case <-grace.C:
+			return time.Time{}, false
+		case <-a.stopCh:
+			return time.Time{}, false
+		case <-a.killCh:
+			return time.Now(), false
+		case <-sigchld:
+			a.tracker.reapOrphans()
+		case <-tick.C:
+		}
+		ps := a.tracker.scanQuick()
+		a.wd.track(ps)
+		a.tracker.reapZombies(ps, a.pid)
+		if alive(ps, a.pid) == 0 {
+			return time.Time{}, true
 		}
 	}
 }
@@ -672,6 +814,13 @@ func (a *Attempt) drain() {
 	for _, f := range a.readers {
 		f.Close()
 	}
+	// What the job printed is on the terminal before the attempt is over,
+	// unless the terminal takes nothing (then it is dropped, and said).
+	for _, w := range []io.Writer{a.spec.Stdout, a.spec.Stderr} {
+		if f, ok := w.(interface{ Flush() int64 }); ok {
+			a.termDropped = max(a.termDropped, f.Flush())
+		}
+	}
 	if a.queue != nil {
 		a.queue.close()
 		<-a.scanDone
@@ -682,7 +831,7 @@ func (a *Attempt) drain() {
 // wantRaw reports whether the attempt should put Stdin in raw mode: under a
 // pty, with Stdin a terminal whose foreground group is gpuguard's.
 func (a *Attempt) wantRaw() bool {
-	return a.spec.PTY && isTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
+	return a.spec.PTY && IsTerminal(a.spec.Stdin) && inForeground(a.spec.Stdin)
 }
 
 func (a *Attempt) enterRaw() {
@@ -776,11 +925,11 @@ func (a *Attempt) TypedInterrupt() syscall.Signal {
 	return syscall.Signal(a.typed.Load())
 }
 
-// exitStatus maps a process state to the shell's convention: the exit code,
+// ExitStatus maps a process state to the shell's convention: the exit code,
 // or 128+N when the process died of signal N.
-func exitStatus(st *os.ProcessState) (int, syscall.Signal) {
+func ExitStatus(st *os.ProcessState) (int, syscall.Signal) {
 	if st == nil {
-		return exitSoftware, 0
+		return exitcode.Software, 0
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
 		if ws.Signaled() {

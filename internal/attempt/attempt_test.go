@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
@@ -47,9 +48,9 @@ func splitAll(data string) []string {
 	return out
 }
 
-func start(t *testing.T, spec attemptSpec) *Attempt {
+func start(t *testing.T, spec Spec) *Attempt {
 	t.Helper()
-	a, err := startAttempt(spec)
+	a, err := Start(spec)
 	if err != nil {
 		t.Fatalf("StartAttempt(%q): %v", spec.Argv, err)
 	}
@@ -77,7 +78,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 	for _, l := range launchers {
 		for _, c := range cases {
 			t.Run(l.name+"/"+strings.Join(c.mode, "_"), func(t *testing.T) {
-				a := start(t, attemptSpec{Argv: fake(c.mode...), PTY: l.pty})
+				a := start(t, Spec{Argv: fake(c.mode...), PTY: l.pty})
 				res := waitDone(t, a)
 				if res.Code != c.code || res.Signal != c.sig {
 					t.Errorf("code %d signal %v, want %d %v", res.Code, res.Signal, c.code, c.sig)
@@ -113,7 +114,7 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 	t.Run("pipes", func(t *testing.T) {
 		var out, errb, log syncBuffer
 		var sc scanned
-		a := start(t, attemptSpec{Argv: fake("mixed"), Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
+		a := start(t, Spec{Argv: fake("mixed"), Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
 		res := waitDone(t, a)
 		if res.Code != 0 {
 			t.Fatalf("exit %d", res.Code)
@@ -142,7 +143,7 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 	t.Run("pty", func(t *testing.T) {
 		var out, errb, log syncBuffer
 		var sc scanned
-		a := start(t, attemptSpec{Argv: fake("mixed"), PTY: true, Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
+		a := start(t, Spec{Argv: fake("mixed"), PTY: true, Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
 		res := waitDone(t, a)
 		if res.Code != 0 {
 			t.Fatalf("exit %d", res.Code)
@@ -177,7 +178,7 @@ func TestLongLineWithoutNewline(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			var out countWriter
 			var sc scanned
-			a := start(t, attemptSpec{Argv: fake("bigline", fmt.Sprint(size)), PTY: l.pty, Stdout: &out, Scan: sc.scan})
+			a := start(t, Spec{Argv: fake("bigline", fmt.Sprint(size)), PTY: l.pty, Stdout: &out, Scan: sc.scan})
 			res := waitDone(t, a)
 			if res.Code != 0 {
 				t.Fatalf("exit %d", res.Code)
@@ -227,7 +228,7 @@ func TestSlowScannerNeverBlocksTheJob(t *testing.T) {
 				}
 				sc.scan(stream, l)
 			}
-			a := start(t, attemptSpec{Argv: fake("flood", fmt.Sprint(n)), PTY: l.pty, Stdout: &out, Scan: scan})
+			a := start(t, Spec{Argv: fake("flood", fmt.Sprint(n)), PTY: l.pty, Stdout: &out, Scan: scan})
 			waitChan(t, ended, "the job's last line on the terminal while the scanner is stuck")
 			close(release)
 			res := waitDone(t, a)
@@ -277,7 +278,7 @@ func TestStdinReachesTheJob(t *testing.T) {
 			}
 			defer f.Close()
 			var out syncBuffer
-			a := start(t, attemptSpec{Argv: fake("stdin"), PTY: l.pty, Stdin: f, Stdout: &out})
+			a := start(t, Spec{Argv: fake("stdin"), PTY: l.pty, Stdin: f, Stdout: &out})
 			if res := waitDone(t, a); res.Code != 0 {
 				t.Fatalf("exit %d", res.Code)
 			}
@@ -288,7 +289,7 @@ func TestStdinReachesTheJob(t *testing.T) {
 	}
 	t.Run("nil is /dev/null", func(t *testing.T) {
 		var out syncBuffer
-		a := start(t, attemptSpec{Argv: fake("stdin"), Stdout: &out})
+		a := start(t, Spec{Argv: fake("stdin"), Stdout: &out})
 		if res := waitDone(t, a); res.Code != 0 || out.String() != "" {
 			t.Fatalf("exit %d, output %q", res.Code, out.String())
 		}
@@ -297,35 +298,35 @@ func TestStdinReachesTheJob(t *testing.T) {
 
 func TestLaunchModeAndEnvironment(t *testing.T) {
 	var out syncBuffer
-	a := start(t, attemptSpec{Argv: fake("istty"), PTY: true, Stdout: &out})
+	a := start(t, Spec{Argv: fake("istty"), PTY: true, Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "stdin=false stdout=true stderr=true\r\n" {
 		t.Errorf("under a pty: %q", got)
 	}
 	out = syncBuffer{}
-	a = start(t, attemptSpec{Argv: fake("istty"), Stdout: &out})
+	a = start(t, Spec{Argv: fake("istty"), Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "stdin=false stdout=false stderr=false\n" {
 		t.Errorf("under pipes: %q", got)
 	}
 
-	env := []string{"PATH=" + os.Getenv("PATH"), "KEEP=1", markerVar + "=forged"}
+	env := []string{"PATH=" + os.Getenv("PATH"), "KEEP=1", MarkerVar + "=forged"}
 	out = syncBuffer{}
-	a = start(t, attemptSpec{Argv: fake("printenv", "KEEP", "PYTHONUNBUFFERED", markerVar, "HOME"), Env: env, Stdout: &out})
+	a = start(t, Spec{Argv: fake("printenv", "KEEP", "PYTHONUNBUFFERED", MarkerVar, "HOME"), Env: env, Stdout: &out})
 	waitDone(t, a)
 	got := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(got) != 4 || got[0] != "KEEP=1" || got[1] != "PYTHONUNBUFFERED=1" || got[3] != "HOME unset" ||
-		!strings.HasPrefix(got[2], markerVar+"=") || got[2] == markerVar+"=forged" {
+		!strings.HasPrefix(got[2], MarkerVar+"=") || got[2] == MarkerVar+"=forged" {
 		t.Errorf("pipes env: %q", got)
 	}
 	out = syncBuffer{}
-	a = start(t, attemptSpec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: append(env, "PYTHONUNBUFFERED=0"), Stdout: &out})
+	a = start(t, Spec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: append(env, "PYTHONUNBUFFERED=0"), Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "PYTHONUNBUFFERED=0\n" {
 		t.Errorf("the user's PYTHONUNBUFFERED must win: %q", got)
 	}
 	out = syncBuffer{}
-	a = start(t, attemptSpec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: env, PTY: true, Stdout: &out})
+	a = start(t, Spec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: env, PTY: true, Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "PYTHONUNBUFFERED unset\r\n" {
 		t.Errorf("a pty needs no PYTHONUNBUFFERED: %q", got)
@@ -335,7 +336,7 @@ func TestLaunchModeAndEnvironment(t *testing.T) {
 func TestWindowSize(t *testing.T) {
 	t.Run("default 80x24", func(t *testing.T) {
 		var out syncBuffer
-		a := start(t, attemptSpec{Argv: fake("winsize"), PTY: true, Env: []string{}, Stdout: &out})
+		a := start(t, Spec{Argv: fake("winsize"), PTY: true, Env: []string{}, Stdout: &out})
 		waitDone(t, a)
 		if got := out.String(); got != "size 24 80\r\n" {
 			t.Errorf("got %q", got)
@@ -343,7 +344,7 @@ func TestWindowSize(t *testing.T) {
 	})
 	t.Run("COLUMNS and LINES", func(t *testing.T) {
 		var out syncBuffer
-		a := start(t, attemptSpec{Argv: fake("winsize"), PTY: true, Env: []string{"COLUMNS=132", "LINES=43"}, Stdout: &out})
+		a := start(t, Spec{Argv: fake("winsize"), PTY: true, Env: []string{"COLUMNS=132", "LINES=43"}, Stdout: &out})
 		waitDone(t, a)
 		if got := out.String(); got != "size 43 132\r\n" {
 			t.Errorf("got %q", got)
@@ -359,7 +360,7 @@ func TestWindowSize(t *testing.T) {
 		pty.Setsize(m, &pty.Winsize{Rows: 50, Cols: 200})
 		var out syncBuffer
 		first := out.seen("size 50 200\r\n")
-		a := start(t, attemptSpec{Argv: fake("winsize", "wait"), PTY: true, Term: s, Env: []string{"COLUMNS=1"}, Stdout: &out})
+		a := start(t, Spec{Argv: fake("winsize", "wait"), PTY: true, Term: s, Env: []string{"COLUMNS=1"}, Stdout: &out})
 		waitChan(t, first, "the first size")
 		pty.Setsize(m, &pty.Winsize{Rows: 40, Cols: 120})
 		a.Resize() // what Signals does on SIGWINCH
@@ -377,12 +378,12 @@ func TestStopKillsTheWholeTree(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			a := start(t, attemptSpec{Argv: fake("tree", pidFile), PTY: l.pty, Grace: time.Minute})
+			a := start(t, Spec{Argv: fake("tree", pidFile), PTY: l.pty, Grace: time.Minute})
 			pids := readPids(t, pidFile)
-			tree := a.Pids()
+			tree := memberPids(a)
 			for _, p := range append([]int{a.PID()}, pids...) {
 				if !slices.Contains(tree, p) {
-					t.Errorf("Pids() = %v lacks %d", tree, p)
+					t.Errorf("Members() = %v lacks %d", tree, p)
 				}
 			}
 			a.Stop("test")
@@ -402,8 +403,8 @@ func TestStopKillsTheWholeTree(t *testing.T) {
 					t.Errorf("process %d is still there: %+v", p, st)
 				}
 			}
-			if left := a.Pids(); len(left) != 0 {
-				t.Errorf("Pids() after Done: %v", left)
+			if left := memberPids(a); len(left) != 0 {
+				t.Errorf("Members() after Done: %v", left)
 			}
 		})
 	}
@@ -413,7 +414,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			ready := filepath.Join(t.TempDir(), "ready")
-			a := start(t, attemptSpec{Argv: fake("ignoreterm", ready), PTY: l.pty, Grace: 100 * time.Millisecond})
+			a := start(t, Spec{Argv: fake("ignoreterm", ready), PTY: l.pty, Grace: 100 * time.Millisecond})
 			waitFile(t, ready, "ready")
 			a.Stop("test")
 			res := waitDone(t, a)
@@ -426,7 +427,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 
 func TestKillIsImmediate(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
-	a := start(t, attemptSpec{Argv: fake("ignoreterm", ready), Grace: time.Hour})
+	a := start(t, Spec{Argv: fake("ignoreterm", ready), Grace: time.Hour})
 	waitFile(t, ready, "ready")
 	a.Kill("test")
 	res := waitDone(t, a)
@@ -441,7 +442,7 @@ func TestLeftoversStoppedAfterExit(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
-			a := start(t, attemptSpec{Argv: fake("tree", pidFile, "exit"), PTY: l.pty, Grace: 5 * time.Second})
+			a := start(t, Spec{Argv: fake("tree", pidFile, "exit"), PTY: l.pty, Grace: 500 * time.Millisecond})
 			res := waitDone(t, a)
 			pids := readPids(t, pidFile)
 			if res.Code != 0 || res.Leftovers != 2 || res.StoppedByUs {
@@ -490,11 +491,11 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := startAttempt(attemptSpec{Argv: c.argv, Env: c.env})
+			_, err := Start(Spec{Argv: c.argv, Env: c.env})
 			if err == nil {
 				t.Fatal("started")
 			}
-			if got := exitCodeOf(err); got != c.code {
+			if got := exitcode.Of(err); got != c.code {
 				t.Errorf("exit code %d, want %d (%v)", got, c.code, err)
 			}
 			if !strings.Contains(err.Error(), c.msg) {
@@ -508,7 +509,7 @@ func TestStartErrors(t *testing.T) {
 
 	t.Run("PATH of the job, not ours", func(t *testing.T) {
 		var out syncBuffer
-		a := start(t, attemptSpec{Argv: []string{"mytool"}, Env: []string{"PATH=" + bin}, Stdout: &out})
+		a := start(t, Spec{Argv: []string{"mytool"}, Env: []string{"PATH=" + bin}, Stdout: &out})
 		if res := waitDone(t, a); res.Code != 0 || out.String() != "mytool ran\n" {
 			t.Errorf("code %d output %q", res.Code, out.String())
 		}

@@ -1,8 +1,9 @@
-package supervisor
+package attempt
 
 import (
 	"bufio"
 	"fmt"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,12 +26,12 @@ import (
 // job's tree; when the attempt is over and the tree swept, it writes "done"
 // and the watchdog exits. If the pipe reaches end of file without "done",
 // gpuguard died: the watchdog sends SIGTERM to every process it was told about
-// or that carries the attempt's markerVar, waits the grace period, sends
+// or that carries the attempt's MarkerVar, waits the grace period, sends
 // SIGKILL to what is left, and exits.
 //
 // The watchdog is started as `<gpuguard> run -- gpuguard-internal-watchdog`
 // with watchdogEnv set; Run (and a test binary's TestMain) must hand such an
-// invocation to watchdogMain before doing anything else.
+// invocation to WatchdogMain before doing anything else.
 
 const (
 	watchdogEnv = "GPUGUARD_WATCHDOG"
@@ -59,7 +60,8 @@ type watchdog struct {
 }
 
 // startWatchdog starts the watchdog for the attempt with this marker token.
-func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watchdog, error) {
+// cg, when not nil, is the attempt's cgroup: the watchdog kills it too.
+func startWatchdog(token string, grace time.Duration, cg *cgroup, logger *zap.Logger) (*watchdog, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("watchdog pipe: %w", err)
@@ -67,7 +69,10 @@ func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watc
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
 		Args: []string{"gpuguard", "run", "--", watchdogArg},
-		Env:  []string{watchdogEnv + "=v1 " + token + " " + strconv.FormatInt(int64(grace), 10)},
+		Env: []string{
+			watchdogEnv + "=v2 " + token + " " + strconv.FormatInt(int64(grace), 10) + " " + cgroupDesc(cg),
+			helperVar + "=" + helperToken,
+		},
 		// Its own session: a ^C on the terminal or a signal to gpuguard's
 		// process group must not take it down with gpuguard.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
@@ -80,7 +85,11 @@ func startWatchdog(token string, grace time.Duration, logger *zap.Logger) (*watc
 	}
 	r.Close()
 	wd := &watchdog{cmd: cmd, w: w, logger: logger, sent: make(map[procKey]bool)}
-	go func() { _ = cmd.Wait() }()
+	watchdogs.Store(cmd.Process.Pid, struct{}{})
+	go func() {
+		_ = cmd.Wait()
+		watchdogs.Delete(cmd.Process.Pid)
+	}()
 	return wd, nil
 }
 
@@ -142,21 +151,21 @@ func (wd *watchdog) abandon() {
 	wd.w.Close()
 }
 
-// watchdogMain is the watchdog process. It returns its exit status.
-func watchdogMain() int {
-	f := strings.Fields(os.Getenv(watchdogEnv))
-	if len(f) != 3 || f[0] != "v1" {
+// WatchdogMain is the watchdog process. It returns its exit status.
+func WatchdogMain() int {
+	f := strings.SplitN(os.Getenv(watchdogEnv), " ", 4)
+	if len(f) != 4 || f[0] != "v2" {
 		fmt.Fprintf(os.Stderr, "gpuguard watchdog: bad %s=%q\n", watchdogEnv, os.Getenv(watchdogEnv))
-		return exitSoftware
+		return exitcode.Software
 	}
 	token := f[1]
 	grace, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || grace < 0 {
-		grace = int64(defaultGrace)
+		grace = int64(DefaultGrace)
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE, syscall.SIGTTOU, syscall.SIGTTIN)
 
-	t := newTracker(token)
+	t := newTracker(token, openCgroup(f[3]))
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := sc.Text()
@@ -175,11 +184,14 @@ func watchdogMain() int {
 }
 
 // killTreeOrphaned stops the tree t without being its parent: SIGTERM (and
-// SIGCONT, for stopped processes), grace, SIGKILL, until nothing is left or
-// watchdogGiveUp has passed since the SIGKILL.
+// SIGCONT, for stopped processes), grace, SIGKILL (and the cgroup's kill),
+// until nothing is left or watchdogGiveUp has passed since the SIGKILL. It
+// then removes the attempt's cgroup.
 func killTreeOrphaned(t *tracker, grace time.Duration) {
+	defer t.cg.remove(time.Second)
 	ps := t.scan()
 	if alive(ps, 0) == 0 {
+		t.cg.kill()
 		return
 	}
 	signalProcs(ps, syscall.SIGTERM, 0)
@@ -197,6 +209,7 @@ func killTreeOrphaned(t *tracker, grace time.Duration) {
 			return
 		}
 		if !now.Before(killAt) {
+			t.cg.kill()
 			signalProcs(ps, syscall.SIGKILL, 0)
 		}
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 // scanner queue. The queue is bounded; when the scanner falls behind, the
 // reader drops what does not fit (and counts it) rather than wait, so a slow
 // scanner can never make the child block in write(). The scanner goroutine
-// feeds each stream's lines.Splitter and calls attemptSpec.Scan; it is the
+// feeds each stream's lines.Splitter and calls Spec.Scan; it is the
 // only goroutine that ever calls Scan.
 //
 // The bytes of a line past the splitter's length bound are never scanned, so

@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"fmt"
@@ -41,7 +41,7 @@ func TestStdoutBeforeStderr(t *testing.T) {
 	for i := 0; i < runs; i++ {
 		var got []string
 		var log syncBuffer
-		a := start(t, attemptSpec{
+		a := start(t, Spec{
 			Argv: []string{"sh", "-c", "echo gpuguard: phase=train; echo 'CUDA out of memory' >&2; exit 1"},
 			Log:  &log,
 			Scan: func(stream int, l lines.Line) { got = append(got, fmt.Sprintf("%d:%s", stream, l.Text)) },

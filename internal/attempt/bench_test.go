@@ -1,4 +1,4 @@
-package supervisor
+package attempt
 
 import (
 	"io"
@@ -17,7 +17,7 @@ import (
 // report MB/s. bench/passthrough.sh compares the whole gpuguard binary with
 // script(1).
 //
-//	go test -run '^$' -bench Passthrough -benchtime 5x ./supervisor/
+//	go test -run '^$' -bench Passthrough -benchtime 5x ./internal/attempt/
 func BenchmarkPassthrough(b *testing.B) {
 	chatty := filepath.Join(b.TempDir(), "chatty")
 	if out, err := exec.Command("go", "build", "-o", chatty, "../../bench/chatty").CombinedOutput(); err != nil {
@@ -26,21 +26,21 @@ func BenchmarkPassthrough(b *testing.B) {
 	const mb = 100
 	for _, l := range launchers {
 		b.Run(l.name, func(b *testing.B) {
-			rd, err := createRunDir(b.TempDir(), "")
+			log, err := os.Create(filepath.Join(b.TempDir(), "output.log"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer rd.Close()
+			defer log.Close()
 			var lineCount int
 			b.SetBytes(mb << 20)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				a, err := startAttempt(attemptSpec{
+				a, err := Start(Spec{
 					Argv:   []string{chatty, "-mb", strconv.Itoa(mb)},
 					PTY:    l.pty,
 					Stdout: io.Discard,
 					Stderr: io.Discard,
-					Log:    rd.Log(),
+					Log:    log,
 					Scan:   func(int, lines.Line) { lineCount++ },
 				})
 				if err != nil {

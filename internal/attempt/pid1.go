@@ -1,8 +1,9 @@
-package supervisor
+package attempt
 
 import (
 	"errors"
 	"fmt"
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,9 +35,9 @@ import (
 // pid1ChildEnv marks gpuguard proper, started by the PID 1 init.
 const pid1ChildEnv = "GPUGUARD_PID1_CHILD"
 
-// runAsInit runs the PID 1 init when gpuguard is PID 1 (and not already
+// RunAsInit runs the PID 1 init when gpuguard is PID 1 (and not already
 // its child); ok is false otherwise.
-func runAsInit(grace time.Duration) (code int, ok bool) {
+func RunAsInit(grace time.Duration) (code int, ok bool) {
 	if os.Getpid() != 1 || os.Getenv(pid1ChildEnv) != "" {
 		return 0, false
 	}
@@ -51,7 +52,7 @@ func runAsInit(grace time.Duration) (code int, ok bool) {
 func initMain(grace time.Duration) int {
 	sigs := make(chan os.Signal, 64)
 	toForward := []os.Signal{syscall.SIGCHLD, syscall.SIGWINCH}
-	for _, s := range forwardedSignals {
+	for _, s := range ForwardedSignals {
 		toForward = append(toForward, s)
 	}
 	signal.Notify(sigs, toForward...)
@@ -80,7 +81,7 @@ func initMain(grace time.Duration) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpuguard: as PID 1, cannot start gpuguard proper: %v\n", err)
-		return exitSoftware
+		return exitcode.Software
 	}
 	child := cmd.Process.Pid // its status comes from reap, never cmd.Wait
 	code := -1

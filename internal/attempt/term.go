@@ -1,6 +1,7 @@
-package supervisor
+package attempt
 
 import (
+	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"os"
 	"strconv"
 
@@ -10,8 +11,8 @@ import (
 	"golang.org/x/term"
 )
 
-// isTerminal reports whether f is a terminal. A nil f is not.
-func isTerminal(f *os.File) bool {
+// IsTerminal reports whether f is a terminal. A nil f is not.
+func IsTerminal(f *os.File) bool {
 	if f == nil {
 		return false
 	}
@@ -34,26 +35,26 @@ func inForeground(f *os.File) bool {
 	return pgrp == unix.Getpgrp()
 }
 
-// resolvePTY turns the --pty flag into a launch mode: "always" and "never"
+// ResolvePTY turns the --pty flag into a launch mode: "always" and "never"
 // are what they say; "auto" (or "") picks a pseudo-terminal when stdout is a
 // terminal. Any other value is a usage error.
-func resolvePTY(mode string, stdout *os.File) (bool, error) {
+func ResolvePTY(mode string, stdout *os.File) (bool, error) {
 	switch mode {
 	case "", "auto":
-		return isTerminal(stdout), nil
+		return IsTerminal(stdout), nil
 	case "always":
 		return true, nil
 	case "never":
 		return false, nil
 	}
-	return false, &Error{Code: ExitUsage, Msg: "gpuguard run: --pty " + strconv.Quote(mode) + " is not one of auto, always, never"}
+	return false, &exitcode.Error{Code: exitcode.Usage, Msg: "gpuguard run: --pty " + strconv.Quote(mode) + " is not one of auto, always, never"}
 }
 
 // windowSize is the size a new pseudo-terminal gets: that of the terminal
 // src when it has one, else $COLUMNS × $LINES from the job's environment,
 // else 80×24. A pty left at 0×0 makes tqdm and rich draw badly.
 func windowSize(src *os.File, env []string) *pty.Winsize {
-	if isTerminal(src) {
+	if IsTerminal(src) {
 		var ws *unix.Winsize
 		_ = withFd(src, func(fd int) error {
 			var err error
@@ -81,7 +82,7 @@ func windowSize(src *os.File, env []string) *pty.Winsize {
 // rawOutput reports whether output processing is off on the terminal f (raw
 // mode): a '\n' written there then needs a '\r' to return the carriage.
 func rawOutput(f *os.File) bool {
-	if !isTerminal(f) {
+	if !IsTerminal(f) {
 		return false
 	}
 	raw := false
