@@ -37,7 +37,7 @@ import (
 // the test process (a subreaper), which reaps them (see gone).
 func TestMain(m *testing.M) { supervisortest.Main(m, helpers, supervisortest.Subreaper()) }
 
-var helpers = supervisortest.Modes("record", "printenv").With(supervisortest.Helpers{
+var helpers = supervisortest.Modes("record", "printenv", "exit").With(supervisortest.Helpers{
 	"-job":      runJob,
 	"-gpuguard": runAsGpuguard,
 	"run": func(args []string) int {
