@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os/exec"
@@ -368,17 +369,7 @@ const (
 )
 
 // stallPhase names a phase in the watchdog's message.
-func stallPhase(p classify.Phase) string {
-	switch p {
-	case classify.PhaseTrain:
-		return "training"
-	case classify.PhaseVal:
-		return "validation"
-	case classify.PhaseNone:
-		return "start-up (no phase seen)"
-	}
-	return string(p)
-}
+func stallPhase(p classify.Phase) string { return cmp.Or(p.Words(), "start-up (no phase seen)") }
 
 func fmtSeconds(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()

@@ -547,7 +547,7 @@ func (l *loop) end(raw int) int {
 			if r.ckpt != "" {
 				ckpt = displayPath(r.ckpt, l.wd)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.n, endedLabel(r), phaseLabel(r.verdict.Phase), step,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.n, endedLabel(r), r.verdict.Phase.Label(), step,
 				r.duration.Round(10*time.Millisecond), ckpt, r.decision)
 		}
 		tw.Flush()

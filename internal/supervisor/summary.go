@@ -16,30 +16,16 @@ import (
 // describeFailure says how attempt n ended, e.g. "attempt 2 died of GPU OOM
 // in validation (asked 15.82 GiB, 6.17 free of 47.40)".
 func describeFailure(n int, v classify.Verdict) string {
-	var what string
-	switch v.Kind {
-	case classify.KindGPUOOM:
-		what = "GPU OOM"
-	case classify.KindCPUAllocOOM:
-		what = "CPU allocator OOM"
-	case classify.KindHostOOM:
-		what = "host OOM"
-	case classify.KindCrash:
-		what = "a crash that is not memory"
-		if v.Reason != "" {
-			what += " (" + v.Reason + ")"
-		}
-	case classify.KindHang:
+	what := v.Kind.Noun()
+	switch {
+	case v.Kind == classify.KindCrash && v.Reason != "":
+		what += " (" + v.Reason + ")"
+	case v.Kind == classify.KindHang:
 		what = "a hang (no progress within its rhythm: stopped" + hangDetail(v) + ")"
-	default:
-		what = "an unrecognised failure"
 	}
 	s := fmt.Sprintf("attempt %d died of %s", n, what)
-	switch v.Phase {
-	case classify.PhaseVal:
-		s += " in validation"
-	case classify.PhaseTrain:
-		s += " in training"
+	if v.Phase == classify.PhaseVal || v.Phase == classify.PhaseTrain {
+		s += " in " + v.Phase.Words()
 	}
 	if v.Rank != nil {
 		s += fmt.Sprintf(" on rank %d", *v.Rank)
@@ -99,13 +85,6 @@ func endedLabel(r attemptRow) string {
 		kind = "failed"
 	}
 	return fmt.Sprintf("%s (exit %d)", kind, r.code)
-}
-
-func phaseLabel(p classify.Phase) string {
-	if p == classify.PhaseNone {
-		return "-"
-	}
-	return string(p)
 }
 
 func describeValues(vals policy.Values) string {
