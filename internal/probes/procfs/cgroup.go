@@ -332,13 +332,7 @@ func cgroupReadUint(p *procFS, path string) (uint64, error) {
 // cgroupKey finds "key value" in a flat-keyed file (memory.stat,
 // memory.events, memory.oom_control).
 func cgroupKey(b []byte, key string) (uint64, bool) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
 			v, err := strconv.ParseUint(string(bytes.TrimSpace(line[len(key)+1:])), 10, 64)
 			return v, err == nil
