@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 )
 
 // Containment: each attempt in a cgroup of its own, where gpuguard may create
@@ -195,7 +197,7 @@ func cgroupMount(v1 string) (mount, error) {
 		default:
 			continue
 		}
-		return mount{root: unescapeMount(f[3]), point: unescapeMount(f[4])}, nil
+		return mount{root: procfs.UnescapeMountinfo(f[3]), point: procfs.UnescapeMountinfo(f[4])}, nil
 	}
 	if v1 == "" {
 		return mount{}, errors.New("no cgroup2 file system is mounted")
@@ -210,25 +212,6 @@ func hasOption(opts, want string) bool {
 		}
 	}
 	return false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownCgroup is the path of gpuguard's cgroup in the v2 hierarchy (v1 == "")

@@ -194,7 +194,7 @@ func cgroupMounts(p *procFS) ([]cgroupMount, error) {
 			continue
 		}
 		fstype := fields[sep+1]
-		m := cgroupMount{root: cgroupUnescape(fields[3]), mountPoint: cgroupUnescape(fields[4])}
+		m := cgroupMount{root: UnescapeMountinfo(fields[3]), mountPoint: UnescapeMountinfo(fields[4])}
 		switch fstype {
 		case "cgroup2":
 			m.v2 = true
@@ -215,8 +215,9 @@ func cgroupMounts(p *procFS) ([]cgroupMount, error) {
 	return ms, sc.Err()
 }
 
-// cgroupUnescape undoes mountinfo's octal escapes (\040 for a space).
-func cgroupUnescape(s string) string {
+// UnescapeMountinfo undoes mountinfo's octal escapes (\040 for a space) in
+// a root or mount point field of /proc/PID/mountinfo.
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
