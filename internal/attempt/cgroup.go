@@ -245,22 +245,33 @@ func cgroupDir(m mount, own string) (string, error) {
 	return filepath.Join(m.point, rel), nil
 }
 
-func newCgroup2(name string) (*cgroup, error) {
-	m, err := cgroupMount("")
+// mkCgroup creates the cgroup named name under gpuguard's own
+// cgroup in the v2 hierarchy (v1 == "") or the v1 hierarchy with controller
+// v1, and returns its parent's directory and its own.
+func mkCgroup(v1, name string) (parent, dir string, err error) {
+	m, err := cgroupMount(v1)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	own, err := ownCgroup("")
+	own, err := ownCgroup(v1)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	parent, err := cgroupDir(m, own)
+	parent, err = cgroupDir(m, own)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	dir := filepath.Join(parent, name)
+	dir = filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
+		return "", "", fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
+	}
+	return parent, dir, nil
+}
+
+func newCgroup2(name string) (*cgroup, error) {
+	_, dir, err := mkCgroup("", name)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
 		// Before Linux 5.14: the freeze-and-kill of v1 would do, but
@@ -277,21 +288,9 @@ func newCgroup2(name string) (*cgroup, error) {
 }
 
 func newCgroup1(name string) (*cgroup, error) {
-	m, err := cgroupMount("freezer")
+	parent, dir, err := mkCgroup("freezer", name)
 	if err != nil {
 		return nil, err
-	}
-	own, err := ownCgroup("freezer")
-	if err != nil {
-		return nil, err
-	}
-	parent, err := cgroupDir(m, own)
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
 	}
 	home := filepath.Join(parent, "tasks")
 	if err := unix.Access(home, unix.W_OK); err != nil {
