@@ -340,9 +340,14 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 		c.buf = append(c.buf, t[i])
 		i++
 	}
-	buf := c.buf
+	c.frames(c.buf, '\r', rank, full)
+}
+
+// frames classifies each frame of buf that is not blank, split at sep: full
+// is the line they came from, or nil for each frame to stand as its own line.
+func (c *Classifier) frames(buf []byte, sep byte, rank int, full []byte) {
 	for len(buf) > 0 {
-		j := bytes.IndexByte(buf, '\r')
+		j := bytes.IndexByte(buf, sep)
 		var fr []byte
 		if j < 0 {
 			fr, buf = buf, nil
@@ -350,7 +355,11 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 			fr, buf = buf[:j], buf[j+1:]
 		}
 		if len(trimSpace(fr)) > 0 {
-			c.frame(fr, rank, full, false)
+			line := full
+			if line == nil {
+				line = fr
+			}
+			c.frame(fr, rank, line, false)
 		}
 	}
 }

@@ -142,19 +142,7 @@ func (c *Classifier) escapedFrames(t []byte, rank int) bool {
 			c.ebuf = append(c.ebuf, b)
 		}
 	}
-	buf := c.ebuf
-	for len(buf) > 0 {
-		j := bytes.IndexByte(buf, '\n')
-		var fr []byte
-		if j < 0 {
-			fr, buf = buf, nil
-		} else {
-			fr, buf = buf[:j], buf[j+1:]
-		}
-		if len(trimSpace(fr)) > 0 {
-			c.frame(fr, rank, fr, false)
-		}
-	}
+	c.frames(c.ebuf, '\n', rank, nil)
 	return true
 }
 
