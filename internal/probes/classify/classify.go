@@ -324,13 +324,7 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 			case "033":
 				i += 4
 				if i < len(t) && t[i] == '[' {
-					i++
-					for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
-						i++
-					}
-					if i < len(t) {
-						i++
-					}
+					i = csiEnd(t, i)
 				} else if i < len(t) {
 					i++
 				}
@@ -341,6 +335,19 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 		i++
 	}
 	c.frames(c.buf, '\r', rank, full)
+}
+
+// csiEnd is the index just past the control sequence whose '[' is at t[i]:
+// past its parameters and its final byte (0x40 to 0x7e), or len(t).
+func csiEnd(t []byte, i int) int {
+	i++
+	for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
+		i++
+	}
+	if i < len(t) {
+		i++
+	}
+	return i
 }
 
 // frames classifies each frame of buf that is not blank, split at sep: full

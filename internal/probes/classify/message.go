@@ -126,13 +126,7 @@ func (c *Classifier) escapedFrames(t []byte, rank int) bool {
 			if i+6 <= len(t) && string(t[i+2:i+6]) == "001b" {
 				j := i + 6
 				if j < len(t) && t[j] == '[' {
-					j++
-					for j < len(t) && !(t[j] >= 0x40 && t[j] <= 0x7e) {
-						j++
-					}
-					if j < len(t) {
-						j++
-					}
+					j = csiEnd(t, j)
 				}
 				i = j - 1
 				continue
