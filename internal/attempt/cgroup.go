@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 )
 
 // Containment: each attempt in a cgroup of its own, where gpuguard may create
@@ -195,7 +197,7 @@ func cgroupMount(v1 string) (mount, error) {
 		default:
 			continue
 		}
-		return mount{root: unescapeMount(f[3]), point: unescapeMount(f[4])}, nil
+		return mount{root: procfs.UnescapeMountinfo(f[3]), point: procfs.UnescapeMountinfo(f[4])}, nil
 	}
 	if v1 == "" {
 		return mount{}, errors.New("no cgroup2 file system is mounted")
@@ -210,25 +212,6 @@ func hasOption(opts, want string) bool {
 		}
 	}
 	return false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownCgroup is the path of gpuguard's cgroup in the v2 hierarchy (v1 == "")
@@ -262,22 +245,33 @@ func cgroupDir(m mount, own string) (string, error) {
 	return filepath.Join(m.point, rel), nil
 }
 
-func newCgroup2(name string) (*cgroup, error) {
-	m, err := cgroupMount("")
+// mkCgroup creates the cgroup named name under gpuguard's own
+// cgroup in the v2 hierarchy (v1 == "") or the v1 hierarchy with controller
+// v1, and returns its parent's directory and its own.
+func mkCgroup(v1, name string) (parent, dir string, err error) {
+	m, err := cgroupMount(v1)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	own, err := ownCgroup("")
+	own, err := ownCgroup(v1)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	parent, err := cgroupDir(m, own)
+	parent, err = cgroupDir(m, own)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
-	dir := filepath.Join(parent, name)
+	dir = filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
+		return "", "", fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
+	}
+	return parent, dir, nil
+}
+
+func newCgroup2(name string) (*cgroup, error) {
+	_, dir, err := mkCgroup("", name)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
 		// Before Linux 5.14: the freeze-and-kill of v1 would do, but
@@ -294,21 +288,9 @@ func newCgroup2(name string) (*cgroup, error) {
 }
 
 func newCgroup1(name string) (*cgroup, error) {
-	m, err := cgroupMount("freezer")
+	parent, dir, err := mkCgroup("freezer", name)
 	if err != nil {
 		return nil, err
-	}
-	own, err := ownCgroup("freezer")
-	if err != nil {
-		return nil, err
-	}
-	parent, err := cgroupDir(m, own)
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create a cgroup in %s: %w", parent, err)
 	}
 	home := filepath.Join(parent, "tasks")
 	if err := unix.Access(home, unix.W_OK); err != nil {

@@ -122,23 +122,14 @@ func (wd *watchdog) track(ps []procInfo) {
 }
 
 // release tells the watchdog that the tree is gone, and lets it exit.
-func (wd *watchdog) release() {
-	if wd == nil {
-		return
-	}
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	if wd.closed {
-		return
-	}
-	wd.closed = true
-	_, _ = wd.w.WriteString("done\n")
-	wd.w.Close()
-}
+func (wd *watchdog) release() { wd.close(true) }
 
 // abandon closes the pipe without "done": the watchdog goes on trying to
 // kill what is left of the tree after gpuguard has exited.
-func (wd *watchdog) abandon() {
+func (wd *watchdog) abandon() { wd.close(false) }
+
+// close closes the pipe to the watchdog once, after "done" when done.
+func (wd *watchdog) close(done bool) {
 	if wd == nil {
 		return
 	}
@@ -148,6 +139,9 @@ func (wd *watchdog) abandon() {
 		return
 	}
 	wd.closed = true
+	if done {
+		_, _ = wd.w.WriteString("done\n")
+	}
 	wd.w.Close()
 }
 

@@ -324,13 +324,7 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 			case "033":
 				i += 4
 				if i < len(t) && t[i] == '[' {
-					i++
-					for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
-						i++
-					}
-					if i < len(t) {
-						i++
-					}
+					i = csiEnd(t, i)
 				} else if i < len(t) {
 					i++
 				}
@@ -340,9 +334,27 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 		c.buf = append(c.buf, t[i])
 		i++
 	}
-	buf := c.buf
+	c.frames(c.buf, '\r', rank, full)
+}
+
+// csiEnd is the index just past the control sequence whose '[' is at t[i]:
+// past its parameters and its final byte (0x40 to 0x7e), or len(t).
+func csiEnd(t []byte, i int) int {
+	i++
+	for i < len(t) && !(t[i] >= 0x40 && t[i] <= 0x7e) {
+		i++
+	}
+	if i < len(t) {
+		i++
+	}
+	return i
+}
+
+// frames classifies each frame of buf that is not blank, split at sep: full
+// is the line they came from, or nil for each frame to stand as its own line.
+func (c *Classifier) frames(buf []byte, sep byte, rank int, full []byte) {
 	for len(buf) > 0 {
-		j := bytes.IndexByte(buf, '\r')
+		j := bytes.IndexByte(buf, sep)
 		var fr []byte
 		if j < 0 {
 			fr, buf = buf, nil
@@ -350,7 +362,11 @@ func (c *Classifier) octalFrames(t []byte, rank int, full []byte) {
 			fr, buf = buf[:j], buf[j+1:]
 		}
 		if len(trimSpace(fr)) > 0 {
-			c.frame(fr, rank, full, false)
+			line := full
+			if line == nil {
+				line = fr
+			}
+			c.frame(fr, rank, line, false)
 		}
 	}
 }

@@ -126,13 +126,7 @@ func (c *Classifier) escapedFrames(t []byte, rank int) bool {
 			if i+6 <= len(t) && string(t[i+2:i+6]) == "001b" {
 				j := i + 6
 				if j < len(t) && t[j] == '[' {
-					j++
-					for j < len(t) && !(t[j] >= 0x40 && t[j] <= 0x7e) {
-						j++
-					}
-					if j < len(t) {
-						j++
-					}
+					j = csiEnd(t, j)
 				}
 				i = j - 1
 				continue
@@ -142,19 +136,7 @@ func (c *Classifier) escapedFrames(t []byte, rank int) bool {
 			c.ebuf = append(c.ebuf, b)
 		}
 	}
-	buf := c.ebuf
-	for len(buf) > 0 {
-		j := bytes.IndexByte(buf, '\n')
-		var fr []byte
-		if j < 0 {
-			fr, buf = buf, nil
-		} else {
-			fr, buf = buf[:j], buf[j+1:]
-		}
-		if len(trimSpace(fr)) > 0 {
-			c.frame(fr, rank, fr, false)
-		}
-	}
+	c.frames(c.ebuf, '\n', rank, nil)
 	return true
 }
 

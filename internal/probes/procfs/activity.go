@@ -124,22 +124,14 @@ func IsLoaderWorker(comm, cmdline, parentComm, parentCmdline string) bool {
 // /proc/PID/stat, counting fields from the last ')'.
 func parseActivityStat(pid int, b []byte) (Activity, bool) {
 	a := Activity{PID: pid}
-	open := bytes.IndexByte(b, '(')
-	closeAt := bytes.LastIndexByte(b, ')')
-	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
+	comm, rest, ok := splitStat(b)
+	if !ok {
 		return a, false
 	}
-	a.Comm = string(b[open+1 : closeAt])
-	rest := b[closeAt+2:]
+	a.Comm = comm
 	// Fields after the comm, 0-based: 0 state, 1 ppid, 11 utime, 12 stime,
 	// 19 starttime.
-	field, start := 0, 0
-	for i := 0; i <= len(rest); i++ {
-		if i < len(rest) && rest[i] != ' ' && rest[i] != '\n' {
-			continue
-		}
-		f := rest[start:i]
-		start = i + 1
+	for field, f := range statFields(rest) {
 		switch field {
 		case 0:
 			if len(f) > 0 {
@@ -153,7 +145,6 @@ func parseActivityStat(pid int, b []byte) (Activity, bool) {
 			a.Start = procAtoi(f)
 			return a, true
 		}
-		field++
 	}
 	return a, false
 }
@@ -161,13 +152,7 @@ func parseActivityStat(pid int, b []byte) (Activity, bool) {
 // parseIO sums rchar and wchar of /proc/PID/io.
 func parseIO(b []byte) uint64 {
 	var n uint64
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		if v, ok := bytes.CutPrefix(line, []byte("rchar: ")); ok {
 			n += procAtoi(v)
 		} else if v, ok := bytes.CutPrefix(line, []byte("wchar: ")); ok {

@@ -66,13 +66,7 @@ func ReadCeiling(procRoot string, pid int, slurmMem uint64) (Ceiling, error) {
 // limitRow reads the soft limit of a row of /proc/PID/limits ("Max data
 // size  8589934592  unlimited  bytes"); false when unlimited or absent.
 func limitRow(b []byte, name string) (uint64, bool) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		rest, ok := bytes.CutPrefix(line, []byte(name))
 		if !ok {
 			continue
@@ -106,13 +100,7 @@ func Usage(procRoot string, pid int, k string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		if rest, ok := bytes.CutPrefix(line, []byte(key)); ok {
 			return procKB(rest), true
 		}

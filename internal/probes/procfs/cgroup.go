@@ -194,7 +194,7 @@ func cgroupMounts(p *procFS) ([]cgroupMount, error) {
 			continue
 		}
 		fstype := fields[sep+1]
-		m := cgroupMount{root: cgroupUnescape(fields[3]), mountPoint: cgroupUnescape(fields[4])}
+		m := cgroupMount{root: UnescapeMountinfo(fields[3]), mountPoint: UnescapeMountinfo(fields[4])}
 		switch fstype {
 		case "cgroup2":
 			m.v2 = true
@@ -215,8 +215,9 @@ func cgroupMounts(p *procFS) ([]cgroupMount, error) {
 	return ms, sc.Err()
 }
 
-// cgroupUnescape undoes mountinfo's octal escapes (\040 for a space).
-func cgroupUnescape(s string) string {
+// UnescapeMountinfo undoes mountinfo's octal escapes (\040 for a space) in
+// a root or mount point field of /proc/PID/mountinfo.
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -332,13 +333,7 @@ func cgroupReadUint(p *procFS, path string) (uint64, error) {
 // cgroupKey finds "key value" in a flat-keyed file (memory.stat,
 // memory.events, memory.oom_control).
 func cgroupKey(b []byte, key string) (uint64, bool) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
 			v, err := strconv.ParseUint(string(bytes.TrimSpace(line[len(key)+1:])), 10, 64)
 			return v, err == nil

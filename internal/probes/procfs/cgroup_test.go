@@ -84,7 +84,7 @@ func TestCgroupNoMemoryController(t *testing.T) {
 }
 
 func TestCgroupUnescape(t *testing.T) {
-	if got := cgroupUnescape(`/sys/fs/cgroup/my\040dir`); got != "/sys/fs/cgroup/my dir" {
+	if got := UnescapeMountinfo(`/sys/fs/cgroup/my\040dir`); got != "/sys/fs/cgroup/my dir" {
 		t.Errorf("got %q", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,23 +194,16 @@ func (p *procFS) statmRSS(pid, fd int) (uint64, error) {
 // counted from the last ')'.
 func ParseStat(pid int, b []byte) (Proc, error) {
 	st := Proc{PID: pid}
-	open := bytes.IndexByte(b, '(')
-	closeAt := bytes.LastIndexByte(b, ')')
-	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
+	comm, rest, ok := splitStat(b)
+	if !ok {
 		return st, fmt.Errorf("/proc/%d/stat: unexpected format %q", pid, procTrim(b))
 	}
-	st.Comm = string(b[open+1 : closeAt])
-	rest := b[closeAt+2:]
+	st.Comm = comm
 	// Fields after the comm, 0-based: 0 state, 1 ppid, 2 pgrp, 3 session,
 	// 17 num_threads, 19 starttime, 21 rss (pages).
-	field := 0
-	start := 0
-	for i := 0; i <= len(rest); i++ {
-		if i < len(rest) && rest[i] != ' ' && rest[i] != '\n' {
-			continue
-		}
-		f := rest[start:i]
-		start = i + 1
+	n := 0
+	for field, f := range statFields(rest) {
+		n = field + 1
 		switch field {
 		case 0:
 			if len(f) > 0 {
@@ -229,9 +223,39 @@ func ParseStat(pid int, b []byte) (Proc, error) {
 			st.RSSBytes = procAtoi(f) * procPageSize
 			return st, nil
 		}
-		field++
 	}
-	return st, fmt.Errorf("/proc/%d/stat: only %d fields after the command name", pid, field)
+	return st, fmt.Errorf("/proc/%d/stat: only %d fields after the command name", pid, n)
+}
+
+// splitStat splits the content of /proc/PID/stat at the command name, which
+// is in parentheses and may itself contain spaces and parentheses: rest is
+// what follows the last ')'. false when there is no command name or nothing
+// after it.
+func splitStat(b []byte) (comm string, rest []byte, ok bool) {
+	open := bytes.IndexByte(b, '(')
+	closeAt := bytes.LastIndexByte(b, ')')
+	if open < 0 || closeAt < open || closeAt+2 >= len(b) {
+		return "", nil, false
+	}
+	return string(b[open+1 : closeAt]), b[closeAt+2:], true
+}
+
+// statFields yields the fields of rest (the stat line after the command
+// name), each with its 0-based index: split at spaces and at the newline.
+func statFields(rest []byte) iter.Seq2[int, []byte] {
+	return func(yield func(int, []byte) bool) {
+		field, start := 0, 0
+		for i := 0; i <= len(rest); i++ {
+			if i < len(rest) && rest[i] != ' ' && rest[i] != '\n' {
+				continue
+			}
+			if !yield(field, rest[start:i]) {
+				return
+			}
+			start = i + 1
+			field++
+		}
+	}
 }
 
 func procAtoi(b []byte) uint64 {
@@ -246,6 +270,25 @@ func procAtoi(b []byte) uint64 {
 		n = n*10 + uint64(c-'0')
 	}
 	return n
+}
+
+// procLines yields the lines of b, without their '\n', for the flat files
+// of /proc and of cgroups read line by line (status, meminfo, limits, io,
+// smaps_rollup, memory.stat).
+func procLines(b []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(b) > 0 {
+			line := b
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				line, b = b[:i], b[i+1:]
+			} else {
+				b = nil
+			}
+			if !yield(line) {
+				return
+			}
+		}
+	}
 }
 
 func procTrim(b []byte) []byte {
@@ -362,13 +405,7 @@ func (p *procFS) pss(pid int) (pss, rss uint64, err error) {
 		return 0, 0, err
 	}
 	gotPss := false
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		switch {
 		case bytes.HasPrefix(line, []byte("Pss:")):
 			pss, gotPss = procKB(line[4:]), true
@@ -393,13 +430,7 @@ func (p *procFS) meminfo() (total, avail uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range procLines(b) {
 		switch {
 		case bytes.HasPrefix(line, []byte("MemTotal:")):
 			total = procKB(line[len("MemTotal:"):])
