@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // containments are the ways an attempt's processes are held together: each
@@ -67,7 +68,7 @@ func TestEscapedProcessIsStoppedWithTheJob(t *testing.T) {
 				if !res.StoppedByUs {
 					t.Errorf("result %+v: not stopped by us", res)
 				}
-				gone(t, escaped)
+				supervisortest.Gone(t, escaped)
 			})
 		}
 	}
@@ -92,7 +93,7 @@ func TestEscapedProcessIsStoppedAfterTheJobExits(t *testing.T) {
 				if res.Code != 3 || res.Leftovers != 1 || res.Survivors != 0 {
 					t.Errorf("result %+v, want code 3, 1 leftover, no survivor", res)
 				}
-				gone(t, escaped)
+				supervisortest.Gone(t, escaped)
 				if a.cg != nil {
 					if _, err := os.Stat(a.cg.dir); !errors.Is(err, os.ErrNotExist) {
 						t.Errorf("the attempt's cgroup %s is still there (%v)", a.cg.dir, err)
@@ -117,10 +118,10 @@ func TestOrphanedZombiesAreReapedWhileTheJobRuns(t *testing.T) {
 done
 echo orphaned
 exec sleep 3002`
-			out := &syncBuffer{}
+			out := &supervisortest.SyncBuffer{}
 			a := start(t, Spec{Argv: []string{"sh", "-c", script, "sh", filepath.Join(dir, "pids")}, PTY: l.pty,
 				Stdout: out, Stderr: out, Containment: ContainTree})
-			waitChan(t, out.seen("orphaned"), "the job to orphan its helpers")
+			supervisortest.WaitChan(t, out.Seen("orphaned"), "the job to orphan its helpers")
 			pids := waitLines(t, filepath.Join(dir, "pids"), 10)
 			// Each orphan is gone: reaped, not a zombie child of the test
 			// process (gpuguard here).
@@ -151,7 +152,7 @@ exec sleep 3002`
 func TestLeftoversMayFinishWriting(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
-			out := &syncBuffer{}
+			out := &supervisortest.SyncBuffer{}
 			logFile := filepath.Join(t.TempDir(), "output.log")
 			log, err := os.Create(logFile)
 			if err != nil {
@@ -196,7 +197,7 @@ func TestArgumentListTooLong(t *testing.T) {
 // readPid waits for file to hold a pid and returns it.
 func readPid(t *testing.T, file string) int {
 	t.Helper()
-	s := strings.TrimSpace(waitFile(t, file, "\n"))
+	s := strings.TrimSpace(supervisortest.WaitFile(t, file, "\n"))
 	pid, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatalf("pid file %s: %q", file, s)
@@ -208,7 +209,7 @@ func readPid(t *testing.T, file string) int {
 func waitLines(t *testing.T, file string, n int) []int {
 	t.Helper()
 	for {
-		data := waitFile(t, file, "\n")
+		data := supervisortest.WaitFile(t, file, "\n")
 		f := strings.Fields(data)
 		if len(f) >= n && strings.HasSuffix(data, "\n") {
 			var pids []int
@@ -264,7 +265,7 @@ func TestJobDoesNotCarryTheHelperMark(t *testing.T) {
 	if os.Getenv(helperVar) == "" {
 		t.Fatalf("%s is not set in gpuguard's own environment", helperVar)
 	}
-	var out syncBuffer
+	var out supervisortest.SyncBuffer
 	// Not the fake trainer: the test binary sets its own mark as it starts.
 	a := start(t, Spec{Argv: []string{"sh", "-c", "echo ${" + helperVar + "-unset}"}, Stdout: &out})
 	waitDone(t, a)

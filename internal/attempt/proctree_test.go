@@ -14,6 +14,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/gpu/gputest"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 func pidsOf(ps []procInfo) []int {
@@ -29,20 +30,6 @@ func pidsOf(ps []procInfo) []int {
 func readStat(pid int) (procInfo, bool) {
 	p, err := procfs.ReadStat("/proc", pid)
 	return infoOf(p), err == nil
-}
-
-// listProcs reads every process in /proc.
-func listProcs() []procInfo {
-	ents, _ := os.ReadDir("/proc")
-	var out []procInfo
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			if p, ok := readStat(pid); ok {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }
 
 // The killer and the memory sampler agree on what the job is. The job
@@ -62,11 +49,11 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 		`setsid sh -c 'sh -c "$ESCAPE" </dev/null >/dev/null 2>&1 &'
 		echo left > "$LEFTFILE.tmp" && mv "$LEFTFILE.tmp" "$LEFTFILE"
 		exec sleep 60`}})
-	escaped, err := strconv.Atoi(strings.TrimSpace(waitFile(t, pidFile, "\n")))
+	escaped, err := strconv.Atoi(strings.TrimSpace(supervisortest.WaitFile(t, pidFile, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, leftFile, "\n") // the shell that started it has exited
+	supervisortest.WaitFile(t, leftFile, "\n") // the shell that started it has exited
 	if p, ok := readStat(escaped); !ok || p.ppid != os.Getpid() {
 		t.Fatalf("escaped process %d: %+v, want it re-parented to the test process (the subreaper)", escaped, p)
 	}
@@ -107,7 +94,7 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 	if !res.Killed {
 		t.Errorf("result %+v: want SIGKILL sent", res)
 	}
-	gone(t, escaped)
+	supervisortest.Gone(t, escaped)
 }
 
 // BenchmarkTrackerScan: one look at a job's tree (a fake trainer with two

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Seam tests of the hooks (hooks.go): the loop runs for real, runOne and
@@ -375,7 +376,7 @@ func TestDryRunChecksTheCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var errb syncBuffer
+		var errb supervisortest.SyncBuffer
 		cfg := Config{Argv: c.argv, DryRun: true, Stdout: out, Stderr: &errb, PTY: "never", Policy: policy}
 		l := newLoop(cfg, wd, []string{"PATH=/usr/bin:/bin"}, time.Now())
 		code := l.prepare(newStatus(out, &errb))

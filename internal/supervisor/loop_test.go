@@ -17,6 +17,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Unit tests of the run loop's decisions: which checkpoint a relaunch
@@ -31,7 +32,7 @@ type script func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verd
 type loopTest struct {
 	*loop
 	wd     string
-	stderr syncBuffer
+	stderr supervisortest.SyncBuffer
 	plans  []launchPlan
 	waits  []time.Duration
 }
@@ -295,7 +296,7 @@ func TestDryRunPlansWhatTheRelaunchGets(t *testing.T) {
 			cfg.ResumeRun, cfg.DryRun = lt.job.RunDir.Path(), true
 			dl := newLoop(cfg, lt.wd, lt.pjob.Env, time.Now())
 			dl.getpid = lt.getpid
-			var errb syncBuffer
+			var errb supervisortest.SyncBuffer
 			status := newStatus(nil, &errb)
 			if dl.loadPolicy(status) != 0 || dl.resolveRunDir(status) != 0 {
 				t.Fatalf("dry run: %s", errb.String())
