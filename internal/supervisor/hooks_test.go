@@ -69,10 +69,7 @@ func newHookTest(t *testing.T, policy string, argv, env []string, runs ...fakeRu
 		c <- time.Time{}
 		return c
 	}
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-		lt.plans = append(lt.plans, p)
-		return lt.runOne(n, p)
-	}
+	lt.recordPlans()
 	lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 		if n > len(runs) {
 			t.Fatalf("attempt %d was started; the test fakes %d", n, len(runs))
@@ -251,10 +248,7 @@ func newHookTestWith(t *testing.T, set func(*Config), policy string, argv, env [
 	t.Helper()
 	lt := newLoopTest(t, policy, argv, env)
 	set(&lt.cfg)
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-		lt.plans = append(lt.plans, p)
-		return lt.runOne(n, p)
-	}
+	lt.recordPlans()
 	lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 		return runFake(runs[n-1], spec, h)
 	}
@@ -399,10 +393,7 @@ func TestHookGroupDecidesAsOne(t *testing.T) {
 	argv := []string{"train.py", "--batch-size", "8"}
 	mk := func(runs ...fakeRun) *loopTest {
 		lt := newLoopTest(t, halvePolicy, argv, []string{"PATH=/bin"})
-		lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-			lt.plans = append(lt.plans, p)
-			return lt.runOne(n, p)
-		}
+		lt.recordPlans()
 		lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 			if n > len(runs) {
 				t.Errorf("attempt %d was started; the test fakes %d", n, len(runs))

@@ -37,6 +37,15 @@ type loopTest struct {
 	waits  []time.Duration
 }
 
+// recordPlans makes each attempt the loop's own (runOne, with the test's
+// start), recording the launch plan it gets.
+func (lt *loopTest) recordPlans() {
+	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
+		lt.plans = append(lt.plans, p)
+		return lt.runOne(n, p)
+	}
+}
+
 // exitWith is an attempt that ended with code and verdict v.
 func exitWith(code int, v classify.Verdict) script {
 	return func(*testing.T, *loopTest, int, launchPlan) (classify.Verdict, attemptResult) {
