@@ -42,20 +42,30 @@ const escapeScript = `( env -i setsid sh -c 'echo $$ > "$0.tmp"; mv "$0.tmp" "$0
 while [ ! -s "$1" ]; do sleep 0.01; done
 `
 
+// startEscaping starts a job under containment mode and launcher l whose
+// main process starts an escaping process (escapeScript) and then runs the
+// shell command then. It returns the attempt and the file the escaped
+// process's pid is written to.
+func startEscaping(t *testing.T, mode string, l launcher, then string) (*Attempt, string) {
+	t.Helper()
+	needContainment(t, mode)
+	pidFile := filepath.Join(t.TempDir(), "escaped")
+	a := start(t, Spec{
+		Argv:        []string{"sh", "-c", escapeScript + then, "sh", pidFile},
+		PTY:         l.pty,
+		Containment: mode,
+		Grace:       5 * time.Second,
+	})
+	return a, pidFile
+}
+
 // Finding 1 of issue 23: an escaped daemon outlived the attempt. It must be
 // a member of the job while it runs, and be stopped with it.
 func TestEscapedProcessIsStoppedWithTheJob(t *testing.T) {
 	for _, mode := range containments {
 		for _, l := range launchers {
 			t.Run(mode+"/"+l.name, func(t *testing.T) {
-				needContainment(t, mode)
-				pidFile := filepath.Join(t.TempDir(), "escaped")
-				a := start(t, Spec{
-					Argv:        []string{"sh", "-c", escapeScript + "echo started; exec sleep 3002", "sh", pidFile},
-					PTY:         l.pty,
-					Containment: mode,
-					Grace:       5 * time.Second,
-				})
+				a, pidFile := startEscaping(t, mode, l, "echo started; exec sleep 3002")
 				escaped := readPid(t, pidFile)
 				if want := "process tree"; mode != ContainTree && a.Containment() == want {
 					t.Fatalf("Containment() = %q under %s", want, mode)
@@ -80,14 +90,7 @@ func TestEscapedProcessIsStoppedAfterTheJobExits(t *testing.T) {
 	for _, mode := range containments {
 		for _, l := range launchers {
 			t.Run(mode+"/"+l.name, func(t *testing.T) {
-				needContainment(t, mode)
-				pidFile := filepath.Join(t.TempDir(), "escaped")
-				a := start(t, Spec{
-					Argv:        []string{"sh", "-c", escapeScript + "exit 3", "sh", pidFile},
-					PTY:         l.pty,
-					Containment: mode,
-					Grace:       5 * time.Second,
-				})
+				a, pidFile := startEscaping(t, mode, l, "exit 3")
 				res := waitDone(t, a)
 				escaped := readPid(t, pidFile)
 				if res.Code != 3 || res.Leftovers != 1 || res.Survivors != 0 {
