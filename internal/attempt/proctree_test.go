@@ -14,16 +14,12 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/gpu/gputest"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs/procfstest"
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 func pidsOf(ps []procInfo) []int {
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.pid)
-	}
-	slices.Sort(out)
-	return out
+	return procfstest.SortedPIDs(ps, func(p procInfo) int { return p.pid })
 }
 
 // readStat reads one process; ok is false when it is gone.
