@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/attempt"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // The findings of issue 23 about the job's processes and gpuguard's own
@@ -91,7 +92,7 @@ func TestBlockedStdoutDoesNotWedgeGpuguard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close() // never read
-	stderr := &lockedBuffer{}
+	stderr := &supervisortest.SyncBuffer{}
 	cmd := exec.Command(self(), "-gpuguard", "--run-dir", runDir, "--pty", "never", "--grace", "30s", "--",
 		"sh", "-c", `trap "" TERM; while :; do echo x; done`)
 	cmd.Stdout, cmd.Stderr = w, stderr
@@ -100,19 +101,7 @@ func TestBlockedStdoutDoesNotWedgeGpuguard(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	g := &gpuguardProc{cmd: cmd, stderr: stderr, stdout: &lockedBuffer{}, done: make(chan struct{}), runDir: runDir}
-	go func() {
-		cmd.Wait()
-		close(g.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-g.done:
-		default:
-			cmd.Process.Kill()
-			<-g.done
-		}
-	})
+	g := &gpuguardProc{cmd: cmd, stderr: stderr, stdout: &supervisortest.SyncBuffer{}, done: supervisortest.WaitInBackground(t, cmd), runDir: runDir}
 	events := filepath.Join(runDir, "events.jsonl")
 	g.waitFile(t, events, `"type":"attempt_start"`)
 	g.signal(t, syscall.SIGTERM)

@@ -13,13 +13,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpuguard/gpuguard/internal/supervisor"
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
@@ -108,27 +104,10 @@ func reps(t *testing.T, full int) int {
 type gpuguardProc struct {
 	cmd    *exec.Cmd
 	stdin  *os.File
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *supervisortest.SyncBuffer
+	stderr *supervisortest.SyncBuffer
 	runDir string
-	done   chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	done   <-chan struct{}
 }
 
 // startGpuguard starts gpuguard with flags (a --run-dir in a new temporary
@@ -139,7 +118,7 @@ func startGpuguard(t *testing.T, dir string, flags []string, argv ...string) *gp
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	g := &gpuguardProc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	g := &gpuguardProc{stdout: &supervisortest.SyncBuffer{}, stderr: &supervisortest.SyncBuffer{}}
 	hasRunDir := false
 	for _, f := range flags {
 		if strings.HasPrefix(f, "-run-dir") || strings.HasPrefix(f, "--run-dir") || strings.Contains(f, "resume-run") {
@@ -163,20 +142,8 @@ func startGpuguard(t *testing.T, dir string, flags []string, argv ...string) *gp
 		t.Fatal(err)
 	}
 	r.Close()
-	g.cmd, g.stdin = cmd, w
-	go func() {
-		cmd.Wait()
-		close(g.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-g.done:
-		default:
-			cmd.Process.Kill()
-			<-g.done
-		}
-		w.Close()
-	})
+	t.Cleanup(func() { w.Close() }) // after gpuguard is gone (cleanups run last first)
+	g.cmd, g.stdin, g.done = cmd, w, supervisortest.WaitInBackground(t, cmd)
 	return g
 }
 
@@ -208,109 +175,44 @@ func (g *gpuguardProc) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-// waitFile waits until file contains want and returns its content. The
-// writers append or rename into place; inotify reports both.
+// fileWait is how long the suite waits for a file's content.
+const fileWait = 60 * time.Second
+
+// waitFile waits until file contains want and returns its content
+// (supervisortest.WaitFile, waiting fileWait).
 func waitFile(t *testing.T, file, want string) string {
 	t.Helper()
-	return waitFileOr(t, nil, file, want)
+	return supervisortest.WaitFileOr(t, supervisortest.FileWait{Timeout: fileWait}, file, want)
 }
 
 // waitFile waits until file contains want, failing at once with gpuguard's
 // stderr when gpuguard exits first.
 func (g *gpuguardProc) waitFile(t *testing.T, file, want string) string {
 	t.Helper()
-	return waitFileOr(t, g, file, want)
-}
-
-func waitFileOr(t *testing.T, g *gpuguardProc, file, want string) string {
-	t.Helper()
-	var exited <-chan struct{}
-	if g != nil {
-		exited = g.done
-	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(file)); err != nil {
-		t.Fatal(err)
-	}
-	timeout := time.After(60 * time.Second)
-	for {
-		data, err := os.ReadFile(file)
-		if err == nil && strings.Contains(string(data), want) {
-			return string(data)
-		}
-		select {
-		case <-w.Events:
-		case <-exited:
-			if data, err := os.ReadFile(file); err == nil && strings.Contains(string(data), want) {
-				return string(data)
-			}
-			t.Fatalf("gpuguard exited (%v) before %q appeared in %s; stderr %q", g.cmd.ProcessState, want, file, g.stderr.String())
-		case err := <-w.Errors:
-			t.Fatalf("watching %s: %v", file, err)
-		case <-timeout:
-			t.Fatalf("timed out waiting for %q in %s (have %q)", want, file, data)
-		}
-	}
-}
-
-// proc is one line of /proc/PID/stat.
-type proc struct {
-	pid, ppid int
-	state     byte
-}
-
-func readStat(pid int) (proc, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return proc{}, false
-	}
-	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+4 > len(data) {
-		return proc{}, false
-	}
-	f := strings.Fields(string(data[i+2:]))
-	if len(f) < 2 {
-		return proc{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return proc{pid: pid, ppid: ppid, state: f[0][0]}, true
-}
-
-func listProcs() []proc {
-	ents, _ := os.ReadDir("/proc")
-	var out []proc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readStat(pid); ok {
-			out = append(out, p)
-		}
-	}
-	return out
+	return supervisortest.WaitFileOr(t, supervisortest.FileWait{
+		Timeout: fileWait,
+		Exited:  g.done,
+		Why: func() string {
+			return fmt.Sprintf("gpuguard exited (%v; stderr %q)", g.cmd.ProcessState, g.stderr.String())
+		},
+	}, file, want)
 }
 
 // withEnv returns the live processes (not zombies) whose environment holds
 // the entry kv ("NAME=value").
 func withEnv(kv string) []int {
 	var out []int
-	for _, p := range listProcs() {
-		if p.state == 'Z' {
+	for _, p := range supervisortest.ListProcs() {
+		if p.State == 'Z' {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/environ")
 		if err != nil {
 			continue
 		}
 		for _, e := range bytes.Split(env, []byte{0}) {
 			if string(e) == kv {
-				out = append(out, p.pid)
+				out = append(out, p.PID)
 				break
 			}
 		}
@@ -322,58 +224,33 @@ func withEnv(kv string) []int {
 // contains arg.
 func childrenRunning(parent int, arg string) []int {
 	var out []int
-	for _, p := range listProcs() {
-		if p.ppid != parent || p.state == 'Z' {
+	for _, p := range supervisortest.ListProcs() {
+		if p.PPID != parent || p.State == 'Z' {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
 		if strings.Contains(string(cmdline), arg) {
-			out = append(out, p.pid)
+			out = append(out, p.PID)
 		}
 	}
 	return out
 }
 
-// gone waits until every pid has exited (reaping those that are the test
-// process's own children, as orphans of a killed gpuguard become) and fails
-// the test when one is still running after the deadline. It waits on
-// pidfds, which become readable when the process exits.
+// gone waits until every pid has exited, reaping the test process's own
+// children, and fails the test when one still runs after 30 seconds
+// (supervisortest.GoneWithin).
 func gone(t *testing.T, pids ...int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range pids {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue // no such process
-		}
-		for {
-			p, ok := readStat(pid)
-			if !ok || p.state == 'Z' {
-				if ok && p.ppid == os.Getpid() {
-					var ws syscall.WaitStatus
-					syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-				}
-				break
-			}
-			left := time.Until(deadline)
-			if left <= 0 {
-				unix.Close(fd)
-				t.Fatalf("process %d is still running (state %c, parent %d)", pid, p.state, p.ppid)
-			}
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			unix.Poll(fds, int(left.Milliseconds())+1)
-		}
-		unix.Close(fd)
-	}
+	supervisortest.GoneWithin(t, 30*time.Second, pids...)
 }
 
 // reapOrphans reaps the test process's zombie children that exec.Cmd does
 // not own (orphans reparented to the subreaper).
 func reapOrphans() {
-	for _, p := range listProcs() {
-		if p.ppid == os.Getpid() && p.state == 'Z' {
+	for _, p := range supervisortest.ListProcs() {
+		if p.PPID == os.Getpid() && p.State == 'Z' {
 			var ws syscall.WaitStatus
-			syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+			syscall.Wait4(p.PID, &ws, syscall.WNOHANG, nil)
 		}
 	}
 }

@@ -39,15 +39,6 @@ func (s *scanned) texts(stream int) []string {
 	return out
 }
 
-// splitAll runs data through a lines.Splitter, the reference for Scan.
-func splitAll(data string) []string {
-	var out []string
-	sp := lines.New(0, func(l lines.Line) { out = append(out, string(l.Text)) })
-	sp.Write([]byte(data))
-	sp.Flush()
-	return out
-}
-
 func start(t *testing.T, spec Spec) *Attempt {
 	t.Helper()
 	a, err := Start(spec)
@@ -112,7 +103,7 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 	}
 
 	t.Run("pipes", func(t *testing.T) {
-		var out, errb, log syncBuffer
+		var out, errb, log supervisortest.SyncBuffer
 		var sc scanned
 		a := start(t, Spec{Argv: fake("mixed"), Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
 		res := waitDone(t, a)
@@ -128,10 +119,10 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 		if len(log.String()) != len(wantCombined) {
 			t.Errorf("log has %d bytes, want %d: %q", len(log.String()), len(wantCombined), log.String())
 		}
-		if got, want := sc.texts(1), splitAll(wantOut); !slices.Equal(got, want) {
+		if got, want := sc.texts(1), supervisortest.SplitAll(wantOut); !slices.Equal(got, want) {
 			t.Errorf("scanned stdout\n got %q\nwant %q", got, want)
 		}
-		if got, want := sc.texts(2), splitAll(wantErr); !slices.Equal(got, want) {
+		if got, want := sc.texts(2), supervisortest.SplitAll(wantErr); !slices.Equal(got, want) {
 			t.Errorf("scanned stderr\n got %q\nwant %q", got, want)
 		}
 		last := sc.lines[1][len(sc.lines[1])-1]
@@ -141,7 +132,7 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 	})
 
 	t.Run("pty", func(t *testing.T) {
-		var out, errb, log syncBuffer
+		var out, errb, log supervisortest.SyncBuffer
 		var sc scanned
 		a := start(t, Spec{Argv: fake("mixed"), PTY: true, Stdout: &out, Stderr: &errb, Log: &log, Scan: sc.scan})
 		res := waitDone(t, a)
@@ -159,7 +150,7 @@ func TestOutputPassesThroughUnchanged(t *testing.T) {
 		if log.String() != out.String() {
 			t.Errorf("log differs from the terminal output:\n%q\n%q", log.String(), out.String())
 		}
-		if got, want := sc.texts(1), splitAll(wantCombined); !slices.Equal(got, want) {
+		if got, want := sc.texts(1), supervisortest.SplitAll(wantCombined); !slices.Equal(got, want) {
 			t.Errorf("scanned\n got %q\nwant %q", got, want)
 		}
 		last := sc.lines[1][len(sc.lines[1])-1]
@@ -216,9 +207,9 @@ func TestSlowScannerNeverBlocksTheJob(t *testing.T) {
 	const n = 100000 // 10 MB of lines, beyond the 4 MiB queue
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
-			var out syncBuffer
+			var out supervisortest.SyncBuffer
 			release := make(chan struct{})
-			ended := out.seen("END")
+			ended := out.Seen("END")
 			var sc scanned
 			first := true
 			scan := func(stream int, l lines.Line) {
@@ -229,7 +220,7 @@ func TestSlowScannerNeverBlocksTheJob(t *testing.T) {
 				sc.scan(stream, l)
 			}
 			a := start(t, Spec{Argv: fake("flood", fmt.Sprint(n)), PTY: l.pty, Stdout: &out, Scan: scan})
-			waitChan(t, ended, "the job's last line on the terminal while the scanner is stuck")
+			supervisortest.WaitChan(t, ended, "the job's last line on the terminal while the scanner is stuck")
 			close(release)
 			res := waitDone(t, a)
 			if res.Code != 0 {
@@ -277,7 +268,7 @@ func TestStdinReachesTheJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			var out syncBuffer
+			var out supervisortest.SyncBuffer
 			a := start(t, Spec{Argv: fake("stdin"), PTY: l.pty, Stdin: f, Stdout: &out})
 			if res := waitDone(t, a); res.Code != 0 {
 				t.Fatalf("exit %d", res.Code)
@@ -288,7 +279,7 @@ func TestStdinReachesTheJob(t *testing.T) {
 		})
 	}
 	t.Run("nil is /dev/null", func(t *testing.T) {
-		var out syncBuffer
+		var out supervisortest.SyncBuffer
 		a := start(t, Spec{Argv: fake("stdin"), Stdout: &out})
 		if res := waitDone(t, a); res.Code != 0 || out.String() != "" {
 			t.Fatalf("exit %d, output %q", res.Code, out.String())
@@ -297,13 +288,13 @@ func TestStdinReachesTheJob(t *testing.T) {
 }
 
 func TestLaunchModeAndEnvironment(t *testing.T) {
-	var out syncBuffer
+	var out supervisortest.SyncBuffer
 	a := start(t, Spec{Argv: fake("istty"), PTY: true, Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "stdin=false stdout=true stderr=true\r\n" {
 		t.Errorf("under a pty: %q", got)
 	}
-	out = syncBuffer{}
+	out = supervisortest.SyncBuffer{}
 	a = start(t, Spec{Argv: fake("istty"), Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "stdin=false stdout=false stderr=false\n" {
@@ -311,7 +302,7 @@ func TestLaunchModeAndEnvironment(t *testing.T) {
 	}
 
 	env := []string{"PATH=" + os.Getenv("PATH"), "KEEP=1", MarkerVar + "=forged"}
-	out = syncBuffer{}
+	out = supervisortest.SyncBuffer{}
 	a = start(t, Spec{Argv: fake("printenv", "KEEP", "PYTHONUNBUFFERED", MarkerVar, "HOME"), Env: env, Stdout: &out})
 	waitDone(t, a)
 	got := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -319,13 +310,13 @@ func TestLaunchModeAndEnvironment(t *testing.T) {
 		!strings.HasPrefix(got[2], MarkerVar+"=") || got[2] == MarkerVar+"=forged" {
 		t.Errorf("pipes env: %q", got)
 	}
-	out = syncBuffer{}
+	out = supervisortest.SyncBuffer{}
 	a = start(t, Spec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: append(env, "PYTHONUNBUFFERED=0"), Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "PYTHONUNBUFFERED=0\n" {
 		t.Errorf("the user's PYTHONUNBUFFERED must win: %q", got)
 	}
-	out = syncBuffer{}
+	out = supervisortest.SyncBuffer{}
 	a = start(t, Spec{Argv: fake("printenv", "PYTHONUNBUFFERED"), Env: env, PTY: true, Stdout: &out})
 	waitDone(t, a)
 	if got := out.String(); got != "PYTHONUNBUFFERED unset\r\n" {
@@ -335,7 +326,7 @@ func TestLaunchModeAndEnvironment(t *testing.T) {
 
 func TestWindowSize(t *testing.T) {
 	t.Run("default 80x24", func(t *testing.T) {
-		var out syncBuffer
+		var out supervisortest.SyncBuffer
 		a := start(t, Spec{Argv: fake("winsize"), PTY: true, Env: []string{}, Stdout: &out})
 		waitDone(t, a)
 		if got := out.String(); got != "size 24 80\r\n" {
@@ -343,7 +334,7 @@ func TestWindowSize(t *testing.T) {
 		}
 	})
 	t.Run("COLUMNS and LINES", func(t *testing.T) {
-		var out syncBuffer
+		var out supervisortest.SyncBuffer
 		a := start(t, Spec{Argv: fake("winsize"), PTY: true, Env: []string{"COLUMNS=132", "LINES=43"}, Stdout: &out})
 		waitDone(t, a)
 		if got := out.String(); got != "size 43 132\r\n" {
@@ -358,10 +349,10 @@ func TestWindowSize(t *testing.T) {
 		defer m.Close()
 		defer s.Close()
 		pty.Setsize(m, &pty.Winsize{Rows: 50, Cols: 200})
-		var out syncBuffer
-		first := out.seen("size 50 200\r\n")
+		var out supervisortest.SyncBuffer
+		first := out.Seen("size 50 200\r\n")
 		a := start(t, Spec{Argv: fake("winsize", "wait"), PTY: true, Term: s, Env: []string{"COLUMNS=1"}, Stdout: &out})
-		waitChan(t, first, "the first size")
+		supervisortest.WaitChan(t, first, "the first size")
 		pty.Setsize(m, &pty.Winsize{Rows: 40, Cols: 120})
 		a.Resize() // what Signals does on SIGWINCH
 		waitDone(t, a)
@@ -379,7 +370,7 @@ func TestStopKillsTheWholeTree(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
 			a := start(t, Spec{Argv: fake("tree", pidFile), PTY: l.pty, Grace: time.Minute})
-			pids := readPids(t, pidFile)
+			pids := supervisortest.ReadPids(t, pidFile)
 			tree := memberPids(a)
 			for _, p := range append([]int{a.PID()}, pids...) {
 				if !slices.Contains(tree, p) {
@@ -415,7 +406,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			ready := filepath.Join(t.TempDir(), "ready")
 			a := start(t, Spec{Argv: fake("ignoreterm", ready), PTY: l.pty, Grace: 100 * time.Millisecond})
-			waitFile(t, ready, "ready")
+			supervisortest.WaitFile(t, ready, "ready")
 			a.Stop("test")
 			res := waitDone(t, a)
 			if res.Code != 137 || !res.Killed || res.Signal != syscall.SIGKILL {
@@ -428,7 +419,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 func TestKillIsImmediate(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	a := start(t, Spec{Argv: fake("ignoreterm", ready), Grace: time.Hour})
-	waitFile(t, ready, "ready")
+	supervisortest.WaitFile(t, ready, "ready")
 	a.Kill("test")
 	res := waitDone(t, a)
 	if res.Code != 137 || !res.Killed {
@@ -444,12 +435,12 @@ func TestLeftoversStoppedAfterExit(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "pids")
 			a := start(t, Spec{Argv: fake("tree", pidFile, "exit"), PTY: l.pty, Grace: 500 * time.Millisecond})
 			res := waitDone(t, a)
-			pids := readPids(t, pidFile)
+			pids := supervisortest.ReadPids(t, pidFile)
 			if res.Code != 0 || res.Leftovers != 2 || res.StoppedByUs {
 				t.Errorf("result %+v, want code 0 with 2 leftovers", res)
 			}
 			for _, p := range pids {
-				if running(p) {
+				if supervisortest.Running(p) {
 					t.Errorf("leftover %d still running", p)
 				}
 			}
@@ -508,7 +499,7 @@ func TestStartErrors(t *testing.T) {
 	}
 
 	t.Run("PATH of the job, not ours", func(t *testing.T) {
-		var out syncBuffer
+		var out supervisortest.SyncBuffer
 		a := start(t, Spec{Argv: []string{"mytool"}, Env: []string{"PATH=" + bin}, Stdout: &out})
 		if res := waitDone(t, a); res.Code != 0 || out.String() != "mytool ran\n" {
 			t.Errorf("code %d output %q", res.Code, out.String())

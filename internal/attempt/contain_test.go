@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // containments are the ways an attempt's processes are held together: each
@@ -41,20 +42,30 @@ const escapeScript = `( env -i setsid sh -c 'echo $$ > "$0.tmp"; mv "$0.tmp" "$0
 while [ ! -s "$1" ]; do sleep 0.01; done
 `
 
+// startEscaping starts a job under containment mode and launcher l whose
+// main process starts an escaping process (escapeScript) and then runs the
+// shell command then. It returns the attempt and the file the escaped
+// process's pid is written to.
+func startEscaping(t *testing.T, mode string, l launcher, then string) (*Attempt, string) {
+	t.Helper()
+	needContainment(t, mode)
+	pidFile := filepath.Join(t.TempDir(), "escaped")
+	a := start(t, Spec{
+		Argv:        []string{"sh", "-c", escapeScript + then, "sh", pidFile},
+		PTY:         l.pty,
+		Containment: mode,
+		Grace:       5 * time.Second,
+	})
+	return a, pidFile
+}
+
 // Finding 1 of issue 23: an escaped daemon outlived the attempt. It must be
 // a member of the job while it runs, and be stopped with it.
 func TestEscapedProcessIsStoppedWithTheJob(t *testing.T) {
 	for _, mode := range containments {
 		for _, l := range launchers {
 			t.Run(mode+"/"+l.name, func(t *testing.T) {
-				needContainment(t, mode)
-				pidFile := filepath.Join(t.TempDir(), "escaped")
-				a := start(t, Spec{
-					Argv:        []string{"sh", "-c", escapeScript + "echo started; exec sleep 3002", "sh", pidFile},
-					PTY:         l.pty,
-					Containment: mode,
-					Grace:       5 * time.Second,
-				})
+				a, pidFile := startEscaping(t, mode, l, "echo started; exec sleep 3002")
 				escaped := readPid(t, pidFile)
 				if want := "process tree"; mode != ContainTree && a.Containment() == want {
 					t.Fatalf("Containment() = %q under %s", want, mode)
@@ -67,7 +78,7 @@ func TestEscapedProcessIsStoppedWithTheJob(t *testing.T) {
 				if !res.StoppedByUs {
 					t.Errorf("result %+v: not stopped by us", res)
 				}
-				gone(t, escaped)
+				supervisortest.Gone(t, escaped)
 			})
 		}
 	}
@@ -79,20 +90,13 @@ func TestEscapedProcessIsStoppedAfterTheJobExits(t *testing.T) {
 	for _, mode := range containments {
 		for _, l := range launchers {
 			t.Run(mode+"/"+l.name, func(t *testing.T) {
-				needContainment(t, mode)
-				pidFile := filepath.Join(t.TempDir(), "escaped")
-				a := start(t, Spec{
-					Argv:        []string{"sh", "-c", escapeScript + "exit 3", "sh", pidFile},
-					PTY:         l.pty,
-					Containment: mode,
-					Grace:       5 * time.Second,
-				})
+				a, pidFile := startEscaping(t, mode, l, "exit 3")
 				res := waitDone(t, a)
 				escaped := readPid(t, pidFile)
 				if res.Code != 3 || res.Leftovers != 1 || res.Survivors != 0 {
 					t.Errorf("result %+v, want code 3, 1 leftover, no survivor", res)
 				}
-				gone(t, escaped)
+				supervisortest.Gone(t, escaped)
 				if a.cg != nil {
 					if _, err := os.Stat(a.cg.dir); !errors.Is(err, os.ErrNotExist) {
 						t.Errorf("the attempt's cgroup %s is still there (%v)", a.cg.dir, err)
@@ -117,10 +121,10 @@ func TestOrphanedZombiesAreReapedWhileTheJobRuns(t *testing.T) {
 done
 echo orphaned
 exec sleep 3002`
-			out := &syncBuffer{}
+			out := &supervisortest.SyncBuffer{}
 			a := start(t, Spec{Argv: []string{"sh", "-c", script, "sh", filepath.Join(dir, "pids")}, PTY: l.pty,
 				Stdout: out, Stderr: out, Containment: ContainTree})
-			waitChan(t, out.seen("orphaned"), "the job to orphan its helpers")
+			supervisortest.WaitChan(t, out.Seen("orphaned"), "the job to orphan its helpers")
 			pids := waitLines(t, filepath.Join(dir, "pids"), 10)
 			// Each orphan is gone: reaped, not a zombie child of the test
 			// process (gpuguard here).
@@ -151,7 +155,7 @@ exec sleep 3002`
 func TestLeftoversMayFinishWriting(t *testing.T) {
 	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
-			out := &syncBuffer{}
+			out := &supervisortest.SyncBuffer{}
 			logFile := filepath.Join(t.TempDir(), "output.log")
 			log, err := os.Create(logFile)
 			if err != nil {
@@ -196,7 +200,7 @@ func TestArgumentListTooLong(t *testing.T) {
 // readPid waits for file to hold a pid and returns it.
 func readPid(t *testing.T, file string) int {
 	t.Helper()
-	s := strings.TrimSpace(waitFile(t, file, "\n"))
+	s := strings.TrimSpace(supervisortest.WaitFile(t, file, "\n"))
 	pid, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatalf("pid file %s: %q", file, s)
@@ -208,7 +212,7 @@ func readPid(t *testing.T, file string) int {
 func waitLines(t *testing.T, file string, n int) []int {
 	t.Helper()
 	for {
-		data := waitFile(t, file, "\n")
+		data := supervisortest.WaitFile(t, file, "\n")
 		f := strings.Fields(data)
 		if len(f) >= n && strings.HasSuffix(data, "\n") {
 			var pids []int
@@ -264,7 +268,7 @@ func TestJobDoesNotCarryTheHelperMark(t *testing.T) {
 	if os.Getenv(helperVar) == "" {
 		t.Fatalf("%s is not set in gpuguard's own environment", helperVar)
 	}
-	var out syncBuffer
+	var out supervisortest.SyncBuffer
 	// Not the fake trainer: the test binary sets its own mark as it starts.
 	a := start(t, Spec{Argv: []string{"sh", "-c", "echo ${" + helperVar + "-unset}"}, Stdout: &out})
 	waitDone(t, a)

@@ -14,35 +14,18 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/gpu/gputest"
 	"github.com/gpuguard/gpuguard/internal/probes/memory"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs/procfstest"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 func pidsOf(ps []procInfo) []int {
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.pid)
-	}
-	slices.Sort(out)
-	return out
+	return procfstest.SortedPIDs(ps, func(p procInfo) int { return p.pid })
 }
 
 // readStat reads one process; ok is false when it is gone.
 func readStat(pid int) (procInfo, bool) {
 	p, err := procfs.ReadStat("/proc", pid)
 	return infoOf(p), err == nil
-}
-
-// listProcs reads every process in /proc.
-func listProcs() []procInfo {
-	ents, _ := os.ReadDir("/proc")
-	var out []procInfo
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			if p, ok := readStat(pid); ok {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }
 
 // The killer and the memory sampler agree on what the job is. The job
@@ -62,11 +45,11 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 		`setsid sh -c 'sh -c "$ESCAPE" </dev/null >/dev/null 2>&1 &'
 		echo left > "$LEFTFILE.tmp" && mv "$LEFTFILE.tmp" "$LEFTFILE"
 		exec sleep 60`}})
-	escaped, err := strconv.Atoi(strings.TrimSpace(waitFile(t, pidFile, "\n")))
+	escaped, err := strconv.Atoi(strings.TrimSpace(supervisortest.WaitFile(t, pidFile, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, leftFile, "\n") // the shell that started it has exited
+	supervisortest.WaitFile(t, leftFile, "\n") // the shell that started it has exited
 	if p, ok := readStat(escaped); !ok || p.ppid != os.Getpid() {
 		t.Fatalf("escaped process %d: %+v, want it re-parented to the test process (the subreaper)", escaped, p)
 	}
@@ -107,7 +90,7 @@ func TestKillerAndSamplerAgreeOnEscapedProcess(t *testing.T) {
 	if !res.Killed {
 		t.Errorf("result %+v: want SIGKILL sent", res)
 	}
-	gone(t, escaped)
+	supervisortest.Gone(t, escaped)
 }
 
 // BenchmarkTrackerScan: one look at a job's tree (a fake trainer with two

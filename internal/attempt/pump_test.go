@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuguard/gpuguard/internal/lines"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Under pipes, the scanner numbers lines across both streams in the order
@@ -40,7 +41,7 @@ func TestStdoutBeforeStderr(t *testing.T) {
 	swapped := 0
 	for i := 0; i < runs; i++ {
 		var got []string
-		var log syncBuffer
+		var log supervisortest.SyncBuffer
 		a := start(t, Spec{
 			Argv: []string{"sh", "-c", "echo gpuguard: phase=train; echo 'CUDA out of memory' >&2; exit 1"},
 			Log:  &log,
@@ -77,7 +78,7 @@ func TestStderrPassesOnStdoutsPendingOutputFirst(t *testing.T) {
 	}
 	outR, outW := pipe()
 	errR, errW := pipe()
-	var log syncBuffer
+	var log supervisortest.SyncBuffer
 	q := newScanQueue(func() {})
 	stdout := &reader{stream: 1, src: outR, log: &lockedWriter{w: &log}, q: q, logger: zap.NewNop()}
 	stderr := &reader{stream: 2, src: errR, log: &lockedWriter{w: &log}, q: q, logger: zap.NewNop(), first: stdout}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Finding 2 of issue 23: a destination that takes nothing (a terminal
@@ -23,7 +25,7 @@ func TestBlockedTerminalDoesNotWedgeTheAttempt(t *testing.T) {
 			}
 			defer r.Close()
 			defer w.Close()
-			stderr := &syncBuffer{}
+			stderr := &supervisortest.SyncBuffer{}
 			status := NewStatus(w, stderr)
 			logFile := filepath.Join(t.TempDir(), "output.log")
 			log, err := os.Create(logFile)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // runAsGroupMember is the test binary as `gpuguard run --group WHERE
@@ -106,8 +108,8 @@ type groupCase struct {
 
 type groupProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
-	errb *syncBuffer
+	out  *supervisortest.SyncBuffer
+	errb *supervisortest.SyncBuffer
 	done chan struct{}
 	code int
 }
@@ -159,7 +161,7 @@ func (c *groupCase) start(t *testing.T, size int, where string, timeout string, 
 		cmd := exec.Command(testBinary(), args...)
 		cmd.Dir = c.dir
 		cmd.Env = append(os.Environ(), append([]string{"NODE=" + strconv.Itoa(i), "DIR=" + c.dir}, env...)...)
-		p := &groupProc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+		p := &groupProc{cmd: cmd, out: &supervisortest.SyncBuffer{}, errb: &supervisortest.SyncBuffer{}, done: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = p.out, p.errb
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -319,9 +321,9 @@ func TestGroupOOMOnOneNodeRelaunchesEveryNodeAlike(t *testing.T) {
 func TestGroupMemberCutOffFromItsLeaderGivesUp(t *testing.T) {
 	c := startGroupCase(t, 2, freeAddr(t), "2s", []string{"HANG=all"})
 	for i := range c.procs {
-		waitFile(t, filepath.Join(c.dir, fmt.Sprintf("settings.%d", i)), "attempt 1")
+		supervisortest.WaitFile(t, filepath.Join(c.dir, fmt.Sprintf("settings.%d", i)), "attempt 1")
 	}
-	line := strings.TrimSpace(waitFile(t, filepath.Join(c.dir, "settings.1"), "\n"))
+	line := strings.TrimSpace(supervisortest.WaitFile(t, filepath.Join(c.dir, "settings.1"), "\n"))
 	pid, err := strconv.Atoi(strings.Fields(line)[0])
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +334,7 @@ func TestGroupMemberCutOffFromItsLeaderGivesUp(t *testing.T) {
 	if code := c.procs[1].exit(t); code != ExitGroupLost {
 		t.Fatalf("member: exit status %d, want %d; stderr:\n%s", code, ExitGroupLost, c.procs[1].errb)
 	}
-	gone(t, pid)
+	supervisortest.Gone(t, pid)
 	errs := c.procs[1].errb.String()
 	if !strings.Contains(errs, "giving up without relaunching") || !strings.Contains(errs, "could not rejoin within 2s") {
 		t.Errorf("member's status does not say it lost its leader:\n%s", errs)
@@ -392,7 +394,7 @@ func TestGroupThatCannotFormGivesUp(t *testing.T) {
 func TestGroupResumedLeaderGivesItsSettingsToAFreshMember(t *testing.T) {
 	c := startGroupCase(t, 2, "dir", "20s", []string{"OOM_NODE=1", "HANG=32"})
 	for i := range c.procs {
-		waitFile(t, filepath.Join(c.dir, fmt.Sprintf("settings.%d", i)), "attempt 2")
+		supervisortest.WaitFile(t, filepath.Join(c.dir, fmt.Sprintf("settings.%d", i)), "attempt 2")
 	}
 	// The leader is stopped (SIGTERM, as a preemption); the member stops
 	// its job when the leader ends.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // distTrain is a data-parallel job for real torch.distributed (gloo, on
@@ -86,7 +88,7 @@ func TestGroupRealTorchrunRelaunchesBothNodesAlike(t *testing.T) {
 		cmd := exec.Command(testBinary(), args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
-		p := &groupProc{cmd: cmd, out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+		p := &groupProc{cmd: cmd, out: &supervisortest.SyncBuffer{}, errb: &supervisortest.SyncBuffer{}, done: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = p.out, p.errb
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

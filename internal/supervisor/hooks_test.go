@@ -15,6 +15,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Seam tests of the hooks (hooks.go): the loop runs for real, runOne and
@@ -68,10 +69,7 @@ func newHookTest(t *testing.T, policy string, argv, env []string, runs ...fakeRu
 		c <- time.Time{}
 		return c
 	}
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-		lt.plans = append(lt.plans, p)
-		return lt.runOne(n, p)
-	}
+	lt.recordPlans()
 	lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 		if n > len(runs) {
 			t.Fatalf("attempt %d was started; the test fakes %d", n, len(runs))
@@ -250,10 +248,7 @@ func newHookTestWith(t *testing.T, set func(*Config), policy string, argv, env [
 	t.Helper()
 	lt := newLoopTest(t, policy, argv, env)
 	set(&lt.cfg)
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-		lt.plans = append(lt.plans, p)
-		return lt.runOne(n, p)
-	}
+	lt.recordPlans()
 	lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 		return runFake(runs[n-1], spec, h)
 	}
@@ -375,7 +370,7 @@ func TestDryRunChecksTheCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var errb syncBuffer
+		var errb supervisortest.SyncBuffer
 		cfg := Config{Argv: c.argv, DryRun: true, Stdout: out, Stderr: &errb, PTY: "never", Policy: policy}
 		l := newLoop(cfg, wd, []string{"PATH=/usr/bin:/bin"}, time.Now())
 		code := l.prepare(newStatus(out, &errb))
@@ -398,10 +393,7 @@ func TestHookGroupDecidesAsOne(t *testing.T) {
 	argv := []string{"train.py", "--batch-size", "8"}
 	mk := func(runs ...fakeRun) *loopTest {
 		lt := newLoopTest(t, halvePolicy, argv, []string{"PATH=/bin"})
-		lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-			lt.plans = append(lt.plans, p)
-			return lt.runOne(n, p)
-		}
+		lt.recordPlans()
 		lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 			if n > len(runs) {
 				t.Errorf("attempt %d was started; the test fakes %d", n, len(runs))

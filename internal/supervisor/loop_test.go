@@ -17,6 +17,7 @@ import (
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // Unit tests of the run loop's decisions: which checkpoint a relaunch
@@ -31,9 +32,18 @@ type script func(t *testing.T, lt *loopTest, n int, p launchPlan) (classify.Verd
 type loopTest struct {
 	*loop
 	wd     string
-	stderr syncBuffer
+	stderr supervisortest.SyncBuffer
 	plans  []launchPlan
 	waits  []time.Duration
+}
+
+// recordPlans makes each attempt the loop's own (runOne, with the test's
+// start), recording the launch plan it gets.
+func (lt *loopTest) recordPlans() {
+	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
+		lt.plans = append(lt.plans, p)
+		return lt.runOne(n, p)
+	}
 }
 
 // exitWith is an attempt that ended with code and verdict v.
@@ -295,7 +305,7 @@ func TestDryRunPlansWhatTheRelaunchGets(t *testing.T) {
 			cfg.ResumeRun, cfg.DryRun = lt.job.RunDir.Path(), true
 			dl := newLoop(cfg, lt.wd, lt.pjob.Env, time.Now())
 			dl.getpid = lt.getpid
-			var errb syncBuffer
+			var errb supervisortest.SyncBuffer
 			status := newStatus(nil, &errb)
 			if dl.loadPolicy(status) != 0 || dl.resolveRunDir(status) != 0 {
 				t.Fatalf("dry run: %s", errb.String())

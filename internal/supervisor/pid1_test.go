@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // gpuguard as PID 1 of a fresh PID namespace (a container's entrypoint):
@@ -45,7 +47,7 @@ func TestPID1(t *testing.T) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 	}()
-	waitFile(t, pids, "\n") // the job and its two grandchildren are up
+	supervisortest.WaitFile(t, pids, "\n") // the job and its two grandchildren are up
 
 	// The namespace's PID 1 (unshare's child), and every process in it.
 	init := childrenOf(cmd.Process.Pid)
@@ -86,7 +88,7 @@ func TestPID1(t *testing.T) {
 	// (a grandchild in a session of its own too) is swept, and gpuguard
 	// exits with the job's status.
 	syscall.Kill(pid1, syscall.SIGTERM)
-	waitChan(t, exited, "gpuguard as PID 1 to exit after SIGTERM")
+	supervisortest.WaitChan(t, exited, "gpuguard as PID 1 to exit after SIGTERM")
 	code := -1
 	if ee, ok := werr.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -94,7 +96,7 @@ func TestPID1(t *testing.T) {
 	if code != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit %v, want the job's status 143 (SIGTERM); output:\n%s", werr, out.String())
 	}
-	gone(t, inside...)
+	supervisortest.Gone(t, inside...)
 	t.Logf("PID 1 was host pid %d; reaped orphan %d; exit %d; output:\n%s", pid1, orphan, code, out.String())
 }
 
@@ -107,7 +109,7 @@ func childrenOf(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if p, ok := readStat(n); ok && p.ppid == pid {
+		if p, ok := supervisortest.ReadStat(n); ok && p.PPID == pid {
 			out = append(out, n)
 		}
 	}
@@ -132,12 +134,12 @@ func reaped(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		p, ok := readStat(pid)
+		p, ok := supervisortest.ReadStat(pid)
 		if !ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d not reaped (state %c, parent %d)", pid, p.state, p.ppid)
+			t.Fatalf("process %d not reaped (state %c, parent %d)", pid, p.State, p.PPID)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -64,9 +64,9 @@ func TestRunRecordsTheRun(t *testing.T) {
 				t.Errorf("events %v", types)
 			}
 			end := findEvent(ev, "attempt_end")
-			wantLines := len(splitAll(wantOut)) + len(splitAll(wantErr))
+			wantLines := len(supervisortest.SplitAll(wantOut)) + len(supervisortest.SplitAll(wantErr))
 			if m.ttyOut {
-				wantLines = len(splitAll(wantCombined))
+				wantLines = len(supervisortest.SplitAll(wantCombined))
 			}
 			if end["exit_code"] != 0.0 || end["lines"] != float64(wantLines) {
 				t.Errorf("attempt_end %v", end)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/term"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // The run directory's own behaviour is tested in package rundir; here, the
@@ -68,7 +70,7 @@ func TestStatusFreshLines(t *testing.T) {
 		}
 		defer m.Close()
 		defer tty.Close()
-		got := &syncBuffer{}
+		got := &supervisortest.SyncBuffer{}
 		go copyUntilEIO(got, m)
 		s := newStatus(tty, tty)
 		old, err := term.MakeRaw(int(tty.Fd()))
@@ -79,8 +81,8 @@ func TestStatusFreshLines(t *testing.T) {
 		s.Printf("raw")
 		term.Restore(int(tty.Fd()), old)
 		s.Printf("cooked")
-		done := got.seen("cooked")
-		waitChan(t, done, "the status lines")
+		done := got.Seen("cooked")
+		supervisortest.WaitChan(t, done, "the status lines")
 		// Cooked: the terminal itself turns "\n" into "\r\n" (OPOST).
 		if want := "bar\r\ngpuguard: raw\r\ngpuguard: cooked\r\n"; got.String() != want {
 			t.Errorf("got %q, want %q", got.String(), want)

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // These tests run gpuguard as a subprocess (the test binary in its -gpuguard
@@ -53,9 +55,9 @@ func TestEverySignalForwardedExactlyOnce(t *testing.T) {
 			t.Run(m.name+"/"+name, func(t *testing.T) {
 				rec := filepath.Join(t.TempDir(), "signals")
 				g := startGpuguard(t, m.mode, false, m.ttyOut, "5s", fake("record", rec)...)
-				waitFile(t, rec, "ready\n")
+				supervisortest.WaitFile(t, rec, "ready\n")
 				g.signal(t, sig)
-				waitFile(t, rec, name+"\n")
+				supervisortest.WaitFile(t, rec, name+"\n")
 				g.stdin.Close() // the fake exits at end of input
 				if code := g.exitCode(t); code != 0 {
 					t.Fatalf("exit %d, stderr %q", code, g.errb.String())
@@ -82,10 +84,10 @@ func TestSecondInterruptKillsTheTree(t *testing.T) {
 			dir := t.TempDir()
 			rec, pidFile := filepath.Join(dir, "signals"), filepath.Join(dir, "pids")
 			g := startGpuguard(t, m.mode, false, m.ttyOut, "1h", fake("record", rec, pidFile)...)
-			waitFile(t, rec, "ready\n")
-			pids := readPids(t, pidFile)
+			supervisortest.WaitFile(t, rec, "ready\n")
+			pids := supervisortest.ReadPids(t, pidFile)
 			g.signal(t, syscall.SIGINT)
-			waitFile(t, rec, "INT\n")
+			supervisortest.WaitFile(t, rec, "INT\n")
 			g.signal(t, syscall.SIGTERM)
 			if code := g.exitCode(t); code != 137 {
 				t.Errorf("exit %d, want 137; stderr %q", code, g.errb.String())
@@ -93,7 +95,7 @@ func TestSecondInterruptKillsTheTree(t *testing.T) {
 			if got := recordedSignals(t, rec); len(got) != 1 || got[0] != "INT" {
 				t.Errorf("the job received %q; the second signal must not be forwarded", got)
 			}
-			gone(t, pids...)
+			supervisortest.Gone(t, pids...)
 			stderr := g.errb.String() + g.out.String()
 			if !strings.Contains(stderr, "gpuguard: second SIGTERM: killing the job and all its processes") {
 				t.Errorf("no status line about the kill: %q", stderr)
@@ -111,12 +113,12 @@ func TestTerminatingSignalLeavesNoProcess(t *testing.T) {
 			t.Run(m.name+"/"+unix.SignalName(sig), func(t *testing.T) {
 				pidFile := filepath.Join(t.TempDir(), "pids")
 				g := startGpuguard(t, m.mode, false, m.ttyOut, "2s", fake("tree", pidFile)...)
-				pids := readPids(t, pidFile)
+				pids := supervisortest.ReadPids(t, pidFile)
 				g.signal(t, sig)
 				if code := g.exitCode(t); code != 128+int(sig) {
 					t.Errorf("exit %d, want %d", code, 128+int(sig))
 				}
-				gone(t, pids...)
+				supervisortest.Gone(t, pids...)
 			})
 		}
 	}
@@ -130,14 +132,14 @@ func TestKill9OfGpuguardLeavesNoProcess(t *testing.T) {
 			dir := t.TempDir()
 			rec, pidFile := filepath.Join(dir, "signals"), filepath.Join(dir, "pids")
 			g := startGpuguard(t, m.mode, false, m.ttyOut, "300ms", fake("record", rec, pidFile)...)
-			waitFile(t, rec, "ready\n")
-			pids := readPids(t, pidFile)
+			supervisortest.WaitFile(t, rec, "ready\n")
+			pids := supervisortest.ReadPids(t, pidFile)
 			child := childOf(t, g.cmd.Process.Pid, rec)
 			g.signal(t, syscall.SIGKILL)
 			if ws := g.wait(t); ws.Signal() != syscall.SIGKILL {
 				t.Fatalf("gpuguard: %v", ws)
 			}
-			gone(t, append([]int{child}, pids...)...)
+			supervisortest.Gone(t, append([]int{child}, pids...)...)
 		})
 	}
 }
@@ -146,13 +148,13 @@ func TestKill9OfGpuguardLeavesNoProcess(t *testing.T) {
 // children.
 func childOf(t *testing.T, parent int, arg string) int {
 	t.Helper()
-	for _, p := range listProcs() {
-		if p.ppid != parent {
+	for _, p := range supervisortest.ListProcs() {
+		if p.PPID != parent {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
 		if strings.Contains(string(cmdline), arg) {
-			return p.pid
+			return p.PID
 		}
 	}
 	t.Fatalf("no child of %d runs %s", parent, arg)
@@ -165,7 +167,7 @@ func TestTypedInterruptInRawMode(t *testing.T) {
 	rec := filepath.Join(t.TempDir(), "signals")
 	g := startGpuguard(t, "auto", true, false, "5s", fake("record", rec)...)
 	before := g.termios
-	waitFile(t, rec, "ready\n")
+	supervisortest.WaitFile(t, rec, "ready\n")
 	during, err := unix.IoctlGetTermios(int(g.master.Fd()), unix.TCGETS)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +176,7 @@ func TestTypedInterruptInRawMode(t *testing.T) {
 		t.Errorf("terminal not in raw mode while the job runs: lflag %#x", during.Lflag)
 	}
 	g.master.Write([]byte{0x03}) // ^C
-	waitFile(t, rec, "INT\n")
+	supervisortest.WaitFile(t, rec, "INT\n")
 	g.master.Write([]byte{0x04}) // ^D: end of input for the job
 	if code := g.exitCode(t); code != 0 {
 		t.Fatalf("exit %d; output %q", code, g.out.String())

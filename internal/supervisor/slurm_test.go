@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
 
 // fakeScontrol is the stand-in: it appends its arguments to
@@ -67,7 +69,7 @@ func startInSlurm(t *testing.T, policyText, scontrolMode string, slurmEnv []stri
 	env = append(env, "PATH="+path, "FAKE_SCONTROL_LOG="+c.log, "FAKE_SCONTROL="+scontrolMode)
 	env = append(env, slurmEnv...)
 
-	g := &gpuguardProc{out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	g := &gpuguardProc{out: &supervisortest.SyncBuffer{}, errb: &supervisortest.SyncBuffer{}}
 	cmd := exec.Command(testBinary(), append([]string{"-gpuguard", "never", "1s", "-", "--"}, argv...)...)
 	cmd.Dir, cmd.Env = c.dir, env
 	r, w, err := os.Pipe()
@@ -81,17 +83,8 @@ func startInSlurm(t *testing.T, policyText, scontrolMode string, slurmEnv []stri
 		t.Fatal(err)
 	}
 	r.Close()
-	g.cmd = cmd
-	go func() { cmd.Wait(); close(g.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-g.done:
-		default:
-			cmd.Process.Kill()
-			<-g.done
-		}
-		g.stdin.Close()
-	})
+	t.Cleanup(func() { g.stdin.Close() }) // after gpuguard is gone (cleanups run last first)
+	g.cmd, g.done = cmd, supervisortest.WaitInBackground(t, cmd)
 	c.g = g
 	return c
 }
@@ -160,14 +153,14 @@ func wantContains(t *testing.T, what, got string, wants ...string) {
 func TestRequeueAfterSignalStopsTheJob(t *testing.T) {
 	c := startInSlurm(t, stopPolicy, "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "SLURM_NODELIST=n1"},
 		fake("trap", "signals")...)
-	waitFile(t, filepath.Join(c.dir, "signals"), "ready")
+	supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
 	c.g.signal(t, syscall.SIGUSR2)
 	code := c.g.exitCode(t)
 	// The fake records SIGTERM and goes on: Stop's SIGKILL ends it.
 	if code != 128+int(syscall.SIGKILL) {
 		t.Errorf("exit status %d, want %d (the job's own: SIGKILL after stop_after and --grace); stderr:\n%s", code, 128+int(syscall.SIGKILL), c.g.errb)
 	}
-	if got := waitFile(t, filepath.Join(c.dir, "signals"), "TERM"); !strings.Contains(got, "USR2\n") {
+	if got := supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "TERM"); !strings.Contains(got, "USR2\n") {
 		t.Errorf("the job did not get SIGUSR2 before being stopped: %q", got)
 	}
 	if calls := c.scontrolCalls(); len(calls) != 1 || calls[0] != "requeue 42" {
@@ -196,9 +189,9 @@ func TestRequeueAfterSignalStopsTheJob(t *testing.T) {
 func TestRequeueArrayTaskAfterCleanExit(t *testing.T) {
 	c := startInSlurm(t, requeuePolicy, "", []string{"SLURM_JOB_ID=57", "SLURM_ARRAY_JOB_ID=40", "SLURM_ARRAY_TASK_ID=2"},
 		fake("record", "signals")...)
-	waitFile(t, filepath.Join(c.dir, "signals"), "ready")
+	supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
 	c.g.signal(t, syscall.SIGUSR2)
-	waitFile(t, filepath.Join(c.dir, "signals"), "USR2")
+	supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "USR2")
 	c.g.stdin.Close() // the fake exits 0 at the end of its input
 	if code := c.g.exitCode(t); code != 0 {
 		t.Errorf("exit status %d, want 0; stderr:\n%s", code, c.g.errb)
@@ -218,9 +211,9 @@ func TestRequeueArrayTaskAfterCleanExit(t *testing.T) {
 // relaunched, requeued.
 func TestRequeueOnSIGTERM(t *testing.T) {
 	c := startInSlurm(t, requeuePolicy, "", []string{"SLURM_JOB_ID=43"}, fake("record", "signals")...)
-	waitFile(t, filepath.Join(c.dir, "signals"), "ready")
+	supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
 	c.g.signal(t, syscall.SIGTERM)
-	waitFile(t, filepath.Join(c.dir, "signals"), "TERM")
+	supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "TERM")
 	c.g.stdin.Close()
 	c.g.exitCode(t)
 	if calls := c.scontrolCalls(); len(calls) != 1 || calls[0] != "requeue 43" {
@@ -243,9 +236,9 @@ func TestNoRequeue(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startInSlurm(t, tc.policy, "", tc.env, fake("record", "signals")...)
-			waitFile(t, filepath.Join(c.dir, "signals"), "ready")
+			supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
 			c.g.signal(t, tc.sig)
-			waitFile(t, filepath.Join(c.dir, "signals"), strings.TrimPrefix(signalName(tc.sig), "SIG"))
+			supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), strings.TrimPrefix(signalName(tc.sig), "SIG"))
 			c.g.stdin.Close()
 			if code := c.g.exitCode(t); code != 0 {
 				t.Errorf("exit status %d, want 0; stderr:\n%s", code, c.g.errb)
@@ -297,9 +290,9 @@ func TestRequeueOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := append([]string{"SLURM_JOB_ID=46"}, tc.env...)
 			c := startInSlurm(t, requeuePolicy, tc.mode, env, fake("record", "signals")...)
-			waitFile(t, filepath.Join(c.dir, "signals"), "ready")
+			supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
 			c.g.signal(t, syscall.SIGUSR2)
-			waitFile(t, filepath.Join(c.dir, "signals"), "USR2")
+			supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "USR2")
 			c.g.stdin.Close()
 			if code := c.g.exitCode(t); code != 0 {
 				t.Errorf("exit status %d, want the job's 0; stderr:\n%s", code, c.g.errb)
@@ -336,7 +329,7 @@ slurm: {requeue_on: SIGUSR2}
 `
 	script := `echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 1.02 GiB is free."; exit 1`
 	c := startInSlurm(t, policyText, "", []string{"SLURM_JOB_ID=47"}, "/bin/sh", "-c", script)
-	waitChan(t, c.g.errb.seen("relaunching in 10m0s"), "the relaunch decision")
+	supervisortest.WaitChan(t, c.g.errb.Seen("relaunching in 10m0s"), "the relaunch decision")
 	c.g.signal(t, syscall.SIGUSR2)
 	if code := c.g.exitCode(t); code != 1 {
 		t.Errorf("exit status %d, want the job's 1; stderr:\n%s", code, c.g.errb)

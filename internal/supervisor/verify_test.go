@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/lines"
-	"github.com/gpuguard/gpuguard/internal/probes/classify"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -46,10 +45,7 @@ type fakeOutput struct {
 func verifyLoop(t *testing.T, policy string, attempts ...fakeOutput) *loopTest {
 	t.Helper()
 	lt := newLoopTest(t, policy, []string{"train.py", "--batch-size", "32"}, nil)
-	lt.runAttempt = func(n int, p launchPlan) (attemptRow, classify.Verdict, attemptResult, error) {
-		lt.plans = append(lt.plans, p)
-		return lt.runOne(n, p)
-	}
+	lt.recordPlans()
 	lt.start = func(n int, spec attemptSpec, h attemptHooks) (attemptResult, error) {
 		if n > len(attempts) {
 			t.Fatalf("attempt %d was started; the test has %d", n, len(attempts))

@@ -13,15 +13,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuguard/gpuguard/internal/probes/procfs/procfstest"
 )
 
 func pidsOf(ps []Proc) []int {
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.PID)
-	}
-	slices.Sort(out)
-	return out
+	return procfstest.SortedPIDs(ps, func(p Proc) int { return p.PID })
 }
 
 // The membership rule on testdata/proc/job: the root 100 and its
