@@ -87,6 +87,7 @@ var layers = map[string]layer{
 	"internal/supervisor/supervisortest": tests,
 	"internal/probes/gpu/gputest":        tests,
 	"internal/probes/gpu/nvmltest":       tests,
+	"internal/probes/procfs/procfstest":  tests,
 	"e2e":                                tests,
 	"examples":                           tests,
 	"reliability":                        tests,
