@@ -596,7 +596,8 @@ exec %s run --policy more.yaml -- srun python3 alloc.py --mb 400
 	}
 	slurmtest.WantContains(t, "the job's output", out,
 		"run with SLURM_MEM_PER_NODE=300: MinMemoryNode=300M",
-		"rule host-oom step 2: mem 300M→600M; requeueing the Slurm job with it",
+		"rule host-oom step 2: mem 300M→600M;",
+		"; requeueing the Slurm job with it",
 		"requeued Slurm job "+id+" with mem 300M→600M (scontrol update JobId="+id+" MinMemoryNode=600)",
 		"run with SLURM_MEM_PER_NODE=600: MinMemoryNode=600M",
 		"host-oom step 2: mem 300M→600M, requeued",

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuguard/gpuguard/internal/probes/procfs"
+	"github.com/gpuguard/gpuguard/internal/probes/slurmenv"
 )
 
 // Containment: each attempt in a cgroup of its own, where gpuguard may create
@@ -95,6 +96,10 @@ func ContainmentLine() string {
 			containment.line = "containment: " + err.Error()
 			return
 		}
+		if mode == ContainTree && underSlurm() && os.Getenv(containmentEnv) == "" {
+			containment.line = "containment: process tree and subreaper, inside the Slurm step's own cgroup, which Slurm ends (" + containmentEnv + "=auto makes one of gpuguard's own)"
+			return
+		}
 		cg, why := newCgroup(mode, "gpuguard-probe-"+newToken())
 		if cg == nil {
 			first := why.Error()
@@ -137,13 +142,26 @@ func containmentMode(spec string) (string, error) {
 		m = os.Getenv(containmentEnv)
 	}
 	switch m {
-	case "", ContainAuto:
+	case "":
+		if underSlurm() {
+			return ContainTree, nil
+		}
+		return ContainAuto, nil
+	case ContainAuto:
 		return ContainAuto, nil
 	case ContainCgroup2, ContainCgroup1, ContainTree:
 		return m, nil
 	}
 	return "", fmt.Errorf("containment %q is not one of auto, cgroup2, cgroup1, tree (from %s or Spec.Containment)", m, containmentEnv)
 }
+
+// underSlurm reports whether gpuguard runs inside a Slurm job. Slurm keeps
+// each step in a cgroup of its own, which holds the step's memory limit and
+// which Slurm ends with the step: the attempts stay in it rather than move
+// to a cgroup of gpuguard's (which would leave Slurm's accounting, and in a
+// step's cgroup v2 tree would break its no-internal-process rule), unless
+// $GPUGUARD_CONTAINMENT asks for one.
+func underSlurm() bool { return slurmenv.FromEnv(os.Environ()).InSlurm() }
 
 // newCgroup creates the cgroup named name for an attempt, as mode allows.
 // It returns nil and why when there is none to be had: the caller then
