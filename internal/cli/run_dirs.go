@@ -12,17 +12,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpuguard/gpuguard/internal/exitcode"
 	"github.com/gpuguard/gpuguard/internal/fsutil"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/presets"
 	"github.com/gpuguard/gpuguard/internal/redact"
+	"github.com/gpuguard/gpuguard/internal/rundir"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -43,7 +42,7 @@ func checkNewRunDir(dir string) error {
 	if n := os.Getenv("SLURM_RESTART_COUNT"); n != "" && n != "0" {
 		return nil
 	}
-	if liveRun(dir) {
+	if rundir.Live(dir) {
 		return nil // the run refuses it, naming the gpuguard that holds it
 	}
 	for _, name := range []string{record.Events, record.OutputLog, record.State} {
@@ -56,18 +55,6 @@ func checkNewRunDir(dir string) error {
 			dir, name, runsDir, dir)}
 	}
 	return nil
-}
-
-// liveRun says whether a gpuguard holds dir's lock now (rundir's
-// gpuguard.lock, taken exclusively for a run's life).
-func liveRun(dir string) bool {
-	f, err := os.OpenFile(filepath.Join(dir, record.Lock), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-	return errors.Is(err, unix.EWOULDBLOCK)
 }
 
 // projectRunDir is where a run started in wd keeps its records when the
@@ -109,7 +96,7 @@ func projectRunDir(wd string) (string, error) {
 // finished (its job exited 0) is continued only when finished allows it; a
 // run that gave up is what --resume-run is for.
 func resumeCommand(w io.Writer, dir string, argv []string, policyArg, wd string, finished bool) ([]string, error) {
-	if liveRun(dir) && len(argv) > 0 {
+	if rundir.Live(dir) && len(argv) > 0 {
 		return argv, nil // the run refuses it, naming the gpuguard that holds it
 	}
 	path := filepath.Join(dir, record.State)

@@ -159,6 +159,18 @@ func Open(path string) (*Dir, error) {
 	return openFiles(path, false, true)
 }
 
+// Live reports whether a gpuguard holds dir's lock now (a run is going on
+// in it): the lock lock takes exclusively for a run's life, asked for
+// shared without waiting and let go at once.
+func Live(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, record.Lock), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK)
+}
+
 // flock is syscall.Flock; tests replace it to be a file system without
 // locks.
 var flock = syscall.Flock

@@ -24,6 +24,9 @@ func TestLockExcludesSecondRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := first.Path()
+	if !Live(p) {
+		t.Errorf("Live(%s) is false while a run holds it", p)
+	}
 	holder := regexp.MustCompile(`another gpuguard \(pid ` + regexp.QuoteMeta(strconv.Itoa(os.Getpid())) + `, started \d{4}-\d\d-\d\dT`)
 	_, err = Create("rd", wd)
 	if !errors.Is(err, ErrInUse) || !holder.MatchString(err.Error()) ||
@@ -39,6 +42,9 @@ func TestLockExcludesSecondRun(t *testing.T) {
 	first.Log().Write([]byte("first\n"))
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if Live(p) {
+		t.Errorf("Live(%s) is true after its run closed it", p)
 	}
 	if data, _ := os.ReadFile(filepath.Join(p, record.OutputLog)); string(data) != "first\n" {
 		t.Errorf("output.log %q", data)
