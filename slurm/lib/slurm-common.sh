@@ -244,7 +244,12 @@ conf_common() {
     echo "SwitchType=switch/none"
     if [ "$mode" = cgroup ]; then
         echo "ProctrackType=proctrack/cgroup"
-        echo "TaskPlugin=task/cgroup,task/affinity"
+        # task/cgroup without task/affinity: the test nodes may declare more CPUs than the machine
+        # has (start-multinode-slurm.sh: four on two), and task/affinity's automatic binding folds
+        # the declared cores onto the real ones, so a job given cores 1 and 3 of a two-CPU machine
+        # gets CPU 1 twice and its step fails to launch ("Unable to layout tasks on given cpus").
+        # No test binds tasks to CPUs; memory constraint and process tracking are task/cgroup's.
+        echo "TaskPlugin=task/cgroup"
         echo "JobAcctGatherType=jobacct_gather/cgroup"
     else
         echo "ProctrackType=proctrack/linuxproc"

@@ -100,3 +100,44 @@ srun --label bash -c 'hostname > "host-$SLURM_NODEID"; exec sleep 600'
 		t.Errorf("node 1 cannot reach node 2 after the link came back: %v", err)
 	}
 }
+
+// A step launches on whatever cores its job was given. The test nodes
+// declare more CPUs than the machine has (four on two), so a job can hold
+// cores that fold onto one real CPU: with task/affinity's automatic binding,
+// cores 1 and 3 on a two-CPU machine map to CPU 1 twice and two tasks per
+// node failed to launch ("Unable to layout tasks on given cpus"), which
+// failed whichever multi-node test drew such cores beside a parallel job.
+// Here three one-task jobs hold cores 0, 1 and 2 of each node, the middle
+// one ends, and a job of two tasks per node gets cores 1 and 3. Not
+// parallel: the core layout holds only with the cluster to itself.
+func TestMultiNodeStepOnCoresThatFoldOntoOneCPU(t *testing.T) {
+	cl.Need(t)
+	dir := workDir(t)
+	out := cl.Run(t, dir, "squeue", "-h", "-o", "%i %T")
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("the cluster is not idle; jobs left by an earlier test:\n%s", out)
+	}
+	holder := "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n#SBATCH -o /dev/null\nexec sleep 600\n"
+	var holders []string
+	for i := range 3 {
+		id := cl.Submit(t, dir, fmt.Sprintf("hold%d.sh", i), holder)
+		cl.WaitJob(t, id, time.Minute, "running", func(info map[string]string) bool { return info["JobState"] == "RUNNING" })
+		holders = append(holders, id)
+	}
+	cl.Cancel(t, holders[1])
+
+	id := cl.Submit(t, dir, "job.sh", `#!/bin/bash
+#SBATCH -N2 --ntasks-per-node=2
+#SBATCH -o job.out
+srun --label bash -c 'echo "task $SLURM_PROCID on $(hostname)"'
+`)
+	info, jobOut := jobEnd(t, id, filepath.Join(dir, "job.out"), time.Minute)
+	cores := cl.Run(t, dir, "scontrol", "show", "job", "-d", id)
+	if !strings.Contains(cores, "CPU_IDs=1,3 ") {
+		t.Fatalf("job %s was not given cores 1 and 3 on each node, so this test checks nothing; its allocation:\n%s", id, grepLines(cores, "CPU_IDs="))
+	}
+	slurmtest.WantState(t, info, "COMPLETED", "0:0")
+	for r := range 4 {
+		slurmtest.WantContains(t, "the job's output", jobOut, fmt.Sprintf("%d: task %d on %s", r, r, cl.nodes[r/2].name))
+	}
+}
