@@ -121,7 +121,8 @@ type Attempt struct {
 	logger  *zap.Logger
 	grace   time.Duration
 	env     []string
-	cmd     *exec.Cmd
+	token   string // the attempt's marker value in the job's environment
+	path    string // the program, resolved in the job's PATH
 	pid     int
 	ptmx    *os.File // nil under pipes
 	tracker *tracker
@@ -178,6 +179,36 @@ func Start(spec Spec) (*Attempt, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, &exitcode.Error{Code: exitcode.Usage, Msg: "no command given; usage: gpuguard run [flags] -- COMMAND [ARGS...]"}
 	}
+	a := newAttempt(spec)
+	path, err := a.resolve()
+	if err != nil {
+		return nil, err
+	}
+	pdeathsig, err := a.contain()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: spec.Argv, Env: a.env, Dir: spec.Dir}
+	childSide, err := a.wire(cmd, pdeathsig)
+	if err != nil {
+		a.uncontain()
+		return nil, err
+	}
+	a.cg.prepare(cmd.SysProcAttr)
+	if spec.PTY && a.wantRaw() {
+		a.enterRaw()
+	}
+	if err := a.launch(cmd, childSide); err != nil {
+		return nil, err
+	}
+	a.startPumps()
+	go a.supervise()
+	return a, nil
+}
+
+// newAttempt is the attempt of spec before anything is started, with the
+// defaults filled in.
+func newAttempt(spec Spec) *Attempt {
 	a := &Attempt{
 		spec:     spec,
 		logger:   spec.Logger,
@@ -194,15 +225,21 @@ func Start(spec Spec) (*Attempt, error) {
 	if a.grace <= 0 {
 		a.grace = DefaultGrace
 	}
+	return a
+}
 
-	env := spec.Env
+// resolve sets the job's environment (the attempt's marker; unbuffered
+// Python on a pipe) and returns the program's path, or the error that says
+// why it cannot be run.
+func (a *Attempt) resolve() (string, error) {
+	env := a.spec.Env
 	if env == nil {
 		env = os.Environ()
 	}
-	token := newToken()
+	a.token = newToken()
 	env = envlist.Unset(env, MarkerVar, watchdogEnv, helperVar)
-	env = append(env, MarkerVar+"="+token)
-	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !spec.PTY {
+	env = append(env, MarkerVar+"="+a.token)
+	if _, ok := envlist.Lookup(env, "PYTHONUNBUFFERED"); !ok && !a.spec.PTY {
 		// Python block-buffers stdout on a pipe: without this, a training
 		// script's progress would arrive in 8 KiB lumps, late.
 		env = append(env, "PYTHONUNBUFFERED=1")
@@ -210,57 +247,67 @@ func Start(spec Spec) (*Attempt, error) {
 	a.env = env
 
 	pathEnv, _ := envlist.Lookup(env, "PATH")
-	path, err := LookPathIn(spec.Argv[0], pathEnv, spec.Dir)
+	path, err := LookPathIn(a.spec.Argv[0], pathEnv, a.spec.Dir)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	if spec.Dir != "" {
-		if st, err := os.Stat(spec.Dir); err != nil || !st.IsDir() {
-			return nil, &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
-				Msg: fmt.Sprintf("cannot run %q in directory %q: it does not exist or is not a directory", spec.Argv[0], spec.Dir)}
+	if dir := a.spec.Dir; dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return "", &exitcode.Error{Code: exitcode.NotRunnable, Err: err,
+				Msg: fmt.Sprintf("cannot run %q in directory %q: it does not exist or is not a directory", a.spec.Argv[0], dir)}
 		}
 	}
+	a.path = path
+	return path, nil
+}
 
+// contain sets up what holds the job's processes: gpuguard as their child
+// subreaper, the attempt's cgroup where the containment mode gives one, the
+// tracker that finds them, and the watchdog that stops them if gpuguard
+// dies. It returns the signal the child gets when its parent thread dies.
+func (a *Attempt) contain() (syscall.Signal, error) {
 	if err := BecomeSubreaper(); err != nil {
 		a.logger.Warn("could not become a child subreaper; orphaned workers will be found by their environment only", zap.Error(err))
 	}
-	mode, err := containmentMode(spec.Containment)
+	mode, err := containmentMode(a.spec.Containment)
 	if err != nil {
-		return nil, &exitcode.Error{Code: exitcode.Usage, Err: err, Msg: err.Error()}
+		return 0, &exitcode.Error{Code: exitcode.Usage, Err: err, Msg: err.Error()}
 	}
-	cg, why := newCgroup(mode, "gpuguard-"+token)
+	cg, why := newCgroup(mode, "gpuguard-"+a.token)
 	if cg == nil && mode != ContainTree {
 		a.logger.Info("no cgroup for the attempt: its processes are those of its tree", zap.Error(why))
 	}
 	a.cg = cg
-	a.tracker = newTracker(token, cg)
+	a.tracker = newTracker(a.token, cg)
 	a.tracker.adopt = true
-	wd, err := startWatchdog(token, a.grace, cg, a.logger)
+	wd, err := startWatchdog(a.token, a.grace, cg, a.logger)
 	if err != nil {
 		a.logger.Warn("no watchdog: if gpuguard is killed, only the direct child is killed with it", zap.Error(err))
 	}
 	a.wd = wd
-	pdeathsig := syscall.SIGKILL
 	if wd != nil {
 		// The watchdog gives the tree its grace period before SIGKILL, so the
 		// direct child (torchrun, say) may stop its workers itself.
-		pdeathsig = syscall.SIGTERM
+		return syscall.SIGTERM, nil
 	}
+	return syscall.SIGKILL, nil
+}
 
-	cmd := &exec.Cmd{Path: path, Args: spec.Argv, Env: env, Dir: spec.Dir}
-	var childSide []*os.File // closed in the parent once the child runs
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}
+// uncontain undoes contain for a job that never started.
+func (a *Attempt) uncontain() {
+	a.wd.release()
+	a.cg.remove(0)
+}
+
+// wire gives cmd its terminal or its pipes, and its process attributes: a
+// new session with the pty as controlling terminal, or a process group of
+// its own. It returns the child's ends, which the parent closes once the
+// child runs; the parent's ends are a.readers.
+func (a *Attempt) wire(cmd *exec.Cmd, pdeathsig syscall.Signal) ([]*os.File, error) {
+	spec := a.spec
 	if spec.PTY {
 		ptmx, tty, err := openPTY()
 		if err != nil {
-			wd.release()
-			a.cg.remove(0)
 			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot open a pseudo-terminal for the job: %v; run with --pty never", err)}
 		}
 		a.ptmx = ptmx
@@ -273,44 +320,38 @@ func Start(spec Spec) (*Attempt, error) {
 		// A new session with the pty as controlling terminal (fd 1 in the
 		// child; fd 0 may be our own stdin, which is no pty).
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 1, Pdeathsig: pdeathsig}
-		childSide = []*os.File{tty}
 		a.readers = []*os.File{ptmx}
-	} else {
-		outR, outW, err := os.Pipe()
+		return []*os.File{tty}, nil
+	}
+	pipeErr := func(err error) error {
+		return &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, pipeErr(err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW // a nil Stdin: exec opens /dev/null
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
+	childSide := []*os.File{outW}
+	a.readers = []*os.File{outR}
+	if !spec.OnePipe {
+		errR, errW, err := os.Pipe()
 		if err != nil {
-			wd.release()
-			a.cg.remove(0)
-			return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
+			closeFiles(outR, outW)
+			return nil, pipeErr(err)
 		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, outW, outW
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: pdeathsig}
-		childSide = []*os.File{outW}
-		a.readers = []*os.File{outR}
-		if !spec.OnePipe {
-			errR, errW, err := os.Pipe()
-			if err != nil {
-				closeAll([]*os.File{outR, outW})
-				wd.release()
-				a.cg.remove(0)
-				return nil, &exitcode.Error{Code: exitcode.Software, Err: err, Msg: fmt.Sprintf("cannot create a pipe for the job's output: %v", err)}
-			}
-			cmd.Stderr = errW
-			childSide = append(childSide, errW)
-			a.readers = append(a.readers, errR)
-		}
+		cmd.Stderr = errW
+		childSide = append(childSide, errW)
+		a.readers = append(a.readers, errR)
 	}
-	if spec.Stdin == nil && cmd.Stdin == nil {
-		cmd.Stdin = nil // exec opens /dev/null
-	}
-	a.cg.prepare(cmd.SysProcAttr)
+	return childSide, nil
+}
 
-	if spec.PTY && a.wantRaw() {
-		a.enterRaw()
-	}
-
-	// Pdeathsig fires when the thread that forked the child exits, not the
-	// process: fork from a locked thread that stays blocked in Wait for the
-	// child's whole life.
+// launch forks the child and waits until it runs. Pdeathsig fires when the
+// thread that forked the child exits, not the process: the child is forked
+// from a locked thread that stays blocked in Wait for the child's whole
+// life. On failure it undoes what Start set up.
+func (a *Attempt) launch(cmd *exec.Cmd, childSide []*os.File) error {
 	// Counted before the fork: while another attempt of this process
 	// starts, no attempt takes its child for an adopted orphan (adopt.go).
 	liveAttempts.Add(1)
@@ -344,23 +385,25 @@ func Start(spec Spec) (*Attempt, error) {
 		a.cg.remove(0)
 		a.cg, a.tracker.cg = nil, nil
 	}
-	cmd = f.cmd
+	closeFiles(childSide...)
 	if err := f.err; err != nil {
-		closeAll(childSide)
-		closeAll(a.readers)
+		closeFiles(a.readers...)
 		a.leaveRaw()
-		wd.release()
-		a.cg.remove(0)
-		roots.Delete(a.pid)
+		a.uncontain()
 		liveAttempts.Add(-1)
-		return nil, startError(spec.Argv, env, path, err)
+		return startError(a.spec.Argv, a.env, a.path, err)
 	}
-	closeAll(childSide)
 	a.cg.started()
-	a.pid = cmd.Process.Pid
+	a.pid = f.cmd.Process.Pid
 	roots.Store(a.pid, struct{}{})
 	a.wd.track([]procInfo{{pid: a.pid, start: a.tracker.setRoot(a.pid)}})
+	return nil
+}
 
+// startPumps starts copying the job's output to the terminal, output.log
+// and the scanner, and the terminal's input to the job under a raw pty.
+func (a *Attempt) startPumps() {
+	spec := a.spec
 	if spec.Scan != nil {
 		a.queue = newScanQueue(func() {
 			a.logger.Warn("the output scanner fell behind; output is being dropped from scanning (the terminal and output.log still get every byte)")
@@ -402,8 +445,15 @@ func Start(spec Spec) (*Attempt, error) {
 		a.stdinStop, a.stdinDone = make(chan struct{}), make(chan struct{})
 		go a.copyStdin()
 	}
-	go a.supervise()
-	return a, nil
+}
+
+// closeFiles closes each file that is not nil.
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // PID is the main child's process id.
