@@ -118,7 +118,7 @@ func (h ckptSaveHook) stopped(a *attemptRun) {
 	}
 	msg := fmt.Sprintf("attempt %d died while loading its checkpoint %s: %s", a.n, displayPath(a.plan.ckpt, l.wd), f)
 	l.job.Status.Printf("%s", msg)
-	l.job.RunDir.Write(record.Warning{Attempt: a.n, Kind: record.WarningKind("checkpoint_load_failed"), Message: msg})
+	l.job.RunDir.Write(record.Warning{Attempt: a.n, Kind: record.WarnCheckpointLoadFailed, Message: msg})
 }
 
 // settle relaunches at once after an attempt died loading its checkpoint:
@@ -173,7 +173,7 @@ func (l *loop) sayPassed(sel checkpoint.Selection) {
 			continue
 		}
 		l.job.Status.Printf("%s", msg)
-		l.job.RunDir.Write(record.Warning{Attempt: ended, Kind: record.WarningKind("checkpoint_passed_over"), Message: msg})
+		l.job.RunDir.Write(record.Warning{Attempt: ended, Kind: record.WarnCheckpointPassedOver, Message: msg})
 	}
 }
 
