@@ -378,6 +378,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 	}
 	p.Y.Label.Text = what + " (" + yUnit + ")"
 	p.Y.Min, p.Y.Max = 0, ymax
+	p.Y.Tick.Marker = plainTicks{}
 	scaled := func(pts plotter.XYs) plotter.XYs {
 		out := make(plotter.XYs, len(pts))
 		for i, pt := range pts {
