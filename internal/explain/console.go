@@ -56,6 +56,7 @@ type consoleLog struct {
 	buf      []byte // the line being read
 	long     bool   // buf is the tail of a line longer than consoleMaxLine
 	attempts []*consoleAttempt
+	run      int // where the current run's attempts begin in attempts (a log may hold several runs)
 	cur      *consoleAttempt
 	marked   bool // a line that marks the run or an attempt was seen
 	inTable  bool
@@ -98,9 +99,9 @@ func (l *consoleLog) flush() {
 	}
 }
 
-// attempt returns attempt n's part, starting it when it is new.
+// attempt returns the current run's attempt n, starting it when it is new.
 func (l *consoleLog) attempt(n int) *consoleAttempt {
-	for _, a := range l.attempts {
+	for _, a := range l.attempts[l.run:] {
 		if a.n == n {
 			return a
 		}
@@ -148,7 +149,17 @@ func (l *consoleLog) line(raw []byte) {
 	}
 	if l.inTable {
 		if n, kind, code, ok := tableRow(rest); ok {
-			a := l.attempt(n)
+			// A resumed run's table lists the attempts of the run it
+			// resumed too: the latest attempt n, whichever run it was in.
+			var a *consoleAttempt
+			for i := len(l.attempts) - 1; i >= 0 && a == nil; i-- {
+				if l.attempts[i].n == n {
+					a = l.attempts[i]
+				}
+			}
+			if a == nil {
+				a = l.attempt(n)
+			}
 			a.tabled = true
 			if kind != "" {
 				a.live = kind
@@ -164,7 +175,12 @@ func (l *consoleLog) line(raw []byte) {
 	var tail string
 	switch {
 	case scan(rest, "run directory ", nil, &tail):
+		// Another run appended to the same log (a requeued batch job,
+		// `>>`): its attempts are counted apart.
 		l.marked = true
+		if l.cur != nil {
+			l.run, l.cur = len(l.attempts), nil
+		}
 	case scan(rest, "attempt ", &n, &tail):
 		l.marked = true
 		if l.cur == nil || n > l.cur.n {

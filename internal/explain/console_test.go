@@ -56,3 +56,34 @@ func TestConsoleEvidence(t *testing.T) {
 		}
 	}
 }
+
+// Two runs appended to one log (`>>`, a requeued batch job): each run's
+// attempts are its own, even where their numbers repeat.
+func TestConsoleTwoRuns(t *testing.T) {
+	one := strings.Join([]string{
+		"gpuguard: run directory .gpuguard/runs/a",
+		"step 1 loss 2.0",
+		"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free.",
+		"gpuguard: the job exited with status 1",
+		"gpuguard: attempt 1 died of GPU OOM (asked 2.00 GiB, 1.00 GiB free of 16.00 GiB) → giving up",
+		"gpuguard:   attempt  ended             phase  step  duration  resumed from  then",
+		"gpuguard:   1        gpu_oom (exit 1)  -      1     1s        -             gave up: no rule",
+		"",
+	}, "\n")
+	two := strings.Join([]string{
+		"gpuguard: run directory .gpuguard/runs/b",
+		"step 1 loss 2.0",
+		"training complete",
+		"gpuguard:   attempt  ended  phase  step  duration  resumed from  then",
+		"gpuguard:   1        ok     -      1     1s        -             done",
+		"",
+	}, "\n")
+	code, out, errs := run(t, one+two, true, "-")
+	if code != exitcode.OK || errs != "" {
+		t.Fatalf("status %d, stderr %q", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"attempt":1,"kind":"gpu_oom"`) || !strings.Contains(lines[1], `"attempt":1,"kind":"none"`) {
+		t.Fatalf("want the first run's attempt 1 (gpu_oom), then the second's (none):\n%s", out)
+	}
+}
