@@ -52,7 +52,8 @@ func TestScripts(t *testing.T) {
 			"prom":       cmdProm,
 			"samedigest": cmdSameDigest,
 
-			"explainagrees": cmdExplainAgrees, // explain_agree_test.go
+			"explainagrees":  cmdExplainAgrees,  // explain_agree_test.go
+			"explainconsole": cmdExplainConsole, // explain_console_test.go
 		},
 	})
 }

@@ -18,7 +18,7 @@ func newExplainCmd(s Streams, runF func(explain.Options) error) *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say what a log shows: out-of-memory kind, phase, numbers, and what to change",
-		UsageText: "gpuguard explain [--json] [LOG|RUN_DIR|latest...] (default: the latest run; - for stdin; a run directory is explained attempt by attempt)",
+		UsageText: "gpuguard explain [--json] [LOG|RUN_DIR|latest...] (default: the latest run; - for stdin; a run directory, or a console log holding gpuguard's lines, is explained attempt by attempt)",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per log (per attempt for a run directory)"},
 		},

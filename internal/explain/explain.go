@@ -133,11 +133,7 @@ func explainPath(path string, stdin io.Reader, stdinUsed *bool) ([]result, error
 			allowEmpty = true
 		}
 	}
-	v, err := explainOne(path, stdin, stdinUsed, allowEmpty)
-	if err != nil {
-		return nil, err
-	}
-	return []result{{File: path, Verdict: v}}, nil
+	return explainOne(path, stdin, stdinUsed, allowEmpty)
 }
 
 // attemptSpan is where one attempt's output lies in output.log, and how
@@ -275,26 +271,70 @@ func displayName(path string) string {
 	return path
 }
 
-// explainOne classifies one log. Its errors name the log and say what to do.
-func explainOne(path string, stdin io.Reader, stdinUsed *bool, allowEmpty bool) (classify.Verdict, error) {
+// explainOne classifies one log: whole, or attempt by attempt when it is
+// a console log of `gpuguard run` (console.go). Its errors name the log and
+// say what to do.
+func explainOne(path string, stdin io.Reader, stdinUsed *bool, allowEmpty bool) ([]result, error) {
+	src, closeLog, err := openLog(path, stdin, stdinUsed, allowEmpty)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLog()
+	// Standard input is read once: split it as it is classified. A file
+	// is only looked through for gpuguard's lines, and read again when it
+	// has them, so that a plain log costs one classification.
+	cl := &consoleLog{detect: path != "-"}
+	v, err := classify.ClassifyReader(io.TeeReader(src, cl), classify.ClassifierOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
+	}
+	cl.flush()
+	if !cl.marked {
+		return []result{{File: path, Verdict: v}}, nil
+	}
+	if cl.detect {
+		src2, close2, err := openLog(path, stdin, stdinUsed, allowEmpty)
+		if err != nil {
+			return nil, err
+		}
+		defer close2()
+		cl = &consoleLog{}
+		if _, err := io.Copy(cl, src2); err != nil {
+			return nil, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
+		}
+		cl.flush()
+	}
+	return cl.results(path), nil
+}
+
+// openLog opens a log for explainOne: decompressed when it is gzip, and
+// checked to be text.
+func openLog(path string, stdin io.Reader, stdinUsed *bool, allowEmpty bool) (io.Reader, func(), error) {
 	var r io.Reader
+	closers := []func() error{}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	if path == "-" {
 		if stdin == nil {
-			return classify.Verdict{}, errors.New("no standard input to read the log \"-\" from")
+			return nil, nil, errors.New("no standard input to read the log \"-\" from")
 		}
 		if *stdinUsed {
-			return classify.Verdict{}, errors.New(`"-" (standard input) is named more than once; it can be read only once`)
+			return nil, nil, errors.New(`"-" (standard input) is named more than once; it can be read only once`)
 		}
 		*stdinUsed = true
 		r = stdin
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
-			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: %w", path, unwrapPath(err))
+			return nil, nil, fmt.Errorf("cannot read the log %s: %w", path, unwrapPath(err))
 		}
-		defer f.Close()
+		closers = append(closers, f.Close)
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: it is a directory; name the log file inside it", path)
+			closeAll()
+			return nil, nil, fmt.Errorf("cannot read the log %s: it is a directory; name the log file inside it", path)
 		}
 		r = f
 	}
@@ -303,27 +343,25 @@ func explainOne(path string, stdin io.Reader, stdinUsed *bool, allowEmpty bool) 
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return classify.Verdict{}, fmt.Errorf("cannot read the log %s: it looks gzip-compressed but is not valid gzip: %w", displayName(path), err)
+			closeAll()
+			return nil, nil, fmt.Errorf("cannot read the log %s: it looks gzip-compressed but is not valid gzip: %w", displayName(path), err)
 		}
-		defer zr.Close()
+		closers = append(closers, zr.Close)
 		src = zr
 	}
 	tb := bufio.NewReaderSize(src, 64<<10)
 	head, _ := tb.Peek(8 << 10)
 	if len(head) == 0 && !allowEmpty {
-		return classify.Verdict{}, &exitcode.Error{Code: exitcode.DataErr,
+		closeAll()
+		return nil, nil, &exitcode.Error{Code: exitcode.DataErr,
 			Msg: fmt.Sprintf("cannot explain %s: it is empty; name the log of a job that printed something", displayName(path))}
 	}
 	if what := notText(head); what != "" {
-		return classify.Verdict{}, &exitcode.Error{Code: exitcode.DataErr,
+		closeAll()
+		return nil, nil, &exitcode.Error{Code: exitcode.DataErr,
 			Msg: fmt.Sprintf("cannot explain %s: it is %s, not a text log; name the file the job's output went to, or a gpuguard run directory", displayName(path), what)}
 	}
-	src = tb
-	v, err := classify.ClassifyReader(src, classify.ClassifierOptions{})
-	if err != nil {
-		return classify.Verdict{}, fmt.Errorf("cannot read the log %s: %w", displayName(path), unwrapPath(err))
-	}
-	return v, nil
+	return tb, closeAll, nil
 }
 
 // notText says what head, the start of a file, is when it is not text: a

@@ -30,6 +30,9 @@ type Run struct {
 	Problems []string `json:"problems,omitempty"`
 
 	origin time.Time // time zero of the timeline
+	// labels: each plotted panel's labels, where the last plot placed
+	// them (the tests read the layout there).
+	labels []*labelLayer
 }
 
 // Attempt is one launch of the job.

@@ -3,18 +3,15 @@ package report
 import (
 	"fmt"
 	"image/color"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gpuguard/gpuguard/internal/humanize"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
@@ -99,7 +96,15 @@ func plotRun(run *Run, ti *timelineInfo, timelinePath, out string) error {
 
 // buildPanels makes the panels of plotRun's figure, GPU above host.
 func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot, error) {
-	span := ti.maxMs - ti.minMs
+	// The time axis starts at the run (the timeline's origin), and goes on
+	// to the last attempt's end when no sample came after it.
+	startMs, endMs := min(ti.minMs, 0), ti.maxMs
+	for _, a := range run.Attempts {
+		if a.End != nil && !run.origin.IsZero() {
+			endMs = max(endMs, a.End.Sub(run.origin).Milliseconds())
+		}
+	}
+	span := endMs - startMs
 	unit, div := "minutes", 60000.0
 	switch {
 	case span < 3*60*1000:
@@ -108,7 +113,7 @@ func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot,
 		unit, div = "hours", 3600000
 	}
 	x := func(ms int64) float64 { return float64(ms) / div }
-	bucketMs := max(span/plotBuckets, 1)
+	bucketMs := max((ti.maxMs-ti.minMs)/plotBuckets, 1)
 
 	// Second pass over the timeline: the thinned lines.
 	f, err := os.Open(timelinePath)
@@ -156,7 +161,7 @@ func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot,
 	sort.Slice(gpuDevs, func(i, j int) bool { return deviceLess(gpuDevs[i], gpuDevs[j]) })
 	sort.Slice(hostDevs, func(i, j int) bool { return deviceLess(hostDevs[i], hostDevs[j]) })
 
-	xmin, xmax := x(ti.minMs), x(ti.maxMs)
+	xmin, xmax := x(startMs), x(endMs)
 	if xmax <= xmin {
 		xmax = xmin + 1
 	}
@@ -170,13 +175,22 @@ func buildPanels(run *Run, ti *timelineInfo, timelinePath string) ([]*plot.Plot,
 		p.Title.Text = "gpuguard memory timeline: " + name
 		panels = append(panels, p)
 	}
-	if len(hostDevs) > 0 || len(gpuDevs) == 0 {
-		// With no sample at all the host panel still shows the attempts.
-		p, err := panel(run, ti, lines, order, hostDevs, "host memory", unit, x, xmin, xmax, len(gpuDevs) == 0)
+	if len(gpuDevs) == 0 && len(oomFigures(run)) > 0 {
+		// No sampler saw the GPU; its out-of-memory messages did.
+		p, err := panel(run, ti, lines, order, nil, gpuFromMessages, unit, x, xmin, xmax, true)
 		if err != nil {
 			return nil, err
 		}
-		if len(gpuDevs) == 0 {
+		p.Title.Text = "gpuguard memory timeline: " + name + " (GPU not sampled: its OOM messages' figures)"
+		panels = append(panels, p)
+	}
+	if len(hostDevs) > 0 || len(panels) == 0 {
+		// With no sample at all the host panel still shows the attempts.
+		p, err := panel(run, ti, lines, order, hostDevs, "host memory", unit, x, xmin, xmax, len(panels) == 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(panels) == 0 {
 			p.Title.Text = "gpuguard memory timeline: " + name + " (no GPU sampled)"
 		}
 		panels = append(panels, p)
@@ -202,8 +216,8 @@ func drawPanels(panels []*plot.Plot, width, height vg.Length, out string) error 
 		PadRight: vg.Points(12), PadY: vg.Points(14)}
 	// The legends stand in a column of their own, right of the panels,
 	// where they cover no line and no label.
-	legendW := plotLegendWidth
 	whole := draw.New(c)
+	legendW := legendWidth(panels, whole)
 	canvases := plot.Align(grid, tiles, draw.Crop(whole, 0, -legendW, 0, 0))
 	for i, p := range panels {
 		legend := p.Legend
@@ -228,13 +242,19 @@ func drawPanels(panels []*plot.Plot, width, height vg.Length, out string) error 
 
 func isHostDevice(d string) bool { return d == "host" || d == "cgroup" || d == "ram" }
 
-// The figure's width, its legend column's, and about the width of a panel's
-// data area (less the y axis).
-const (
-	plotWidth       = 12.5 * vg.Inch
-	plotLegendWidth = 3 * vg.Inch
-	plotDataWidth   = plotWidth - plotLegendWidth - 0.7*vg.Inch
-)
+// The figure's width.
+const plotWidth = 12.5 * vg.Inch
+
+// legendWidth is the width of the legends' column, right of the panels: as
+// wide as the widest legend, so that the panels get the rest.
+func legendWidth(panels []*plot.Plot, c draw.Canvas) vg.Length {
+	w := vg.Length(0)
+	for _, p := range panels {
+		r := p.Legend.Rectangle(c)
+		w = max(w, r.Max.X-r.Min.X)
+	}
+	return w + vg.Points(12)
+}
 
 // nearLimit: a limit is drawn, and the panel scaled to it, only when the
 // memory came within this share of it (or ran out); a limit far above the
@@ -254,6 +274,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.Legend.Padding = vg.Points(2)
 	p.Add(plotter.NewGrid())
 
 	gpuPanel := len(devs) > 0 && !isHostDevice(devs[0])
@@ -291,6 +312,13 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 	peak := 0.0 // GiB
 	for d := range want {
 		peak = max(peak, peakOf(d))
+	}
+	var figs []oomFigure
+	if what == gpuFromMessages {
+		figs = oomFigures(run)
+		for _, f := range figs {
+			peak = max(peak, f.top())
+		}
 	}
 
 	colorOf := map[string]color.Color{}
@@ -344,9 +372,13 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 	if ymax < 1 {
 		yUnit, yScale = "MiB", 1024
 	}
-	ymax *= yScale * 1.12 // room above the highest line for the labels
+	ymax *= yScale * 1.12 // room above the highest line
+	if labels {
+		ymax *= 1.15 // and for the labels
+	}
 	p.Y.Label.Text = what + " (" + yUnit + ")"
 	p.Y.Min, p.Y.Max = 0, ymax
+	p.Y.Tick.Marker = plainTicks{}
 	scaled := func(pts plotter.XYs) plotter.XYs {
 		out := make(plotter.XYs, len(pts))
 		for i, pt := range pts {
@@ -357,7 +389,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 
 	// Validation first, under the lines.
 	first := true
-	for _, sp := range ti.valSpans {
+	for _, sp := range valSpans(run, ti) {
 		x0, x1 := x(sp.start), x(sp.end)
 		if x1-x0 < (xmax-xmin)/400 {
 			x1 = x0 + (xmax-xmin)/400
@@ -453,6 +485,10 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		}
 	}
 
+	if err := drawOOMFigures(p, run, figs, x, xmin, xmax, yScale); err != nil {
+		return nil, err
+	}
+
 	if ramNote != "" {
 		l, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
 		l.Color = color.Transparent
@@ -462,8 +498,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 	// Each attempt: a bar along the top from its start to its end, dashed
 	// lines at both; its out-of-memory failure in red, with its figures.
 	origin := run.origin
-	var marks plotter.XYLabels
-	var leftOK []bool // the label goes left of its line when there is room
+	marks := &labelLayer{}
 	vline := func(xv float64, c color.Color, dashes []vg.Length, width vg.Length) error {
 		l, err := plotter.NewLine(plotter.XYs{{X: xv, Y: 0}, {X: xv, Y: ymax}})
 		if err != nil {
@@ -474,14 +509,11 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		return nil
 	}
 	// label writes s right of the line at xv or, if left and there is
-	// room, left of it.
-	label := func(xv, height float64, s string, left bool) {
-		if !labels {
-			return
+	// room, left of it (labelLayer places it).
+	label := func(xv float64, s string, left bool, c color.Color) {
+		if labels {
+			marks.add(xv, s, left, c)
 		}
-		marks.XYs = append(marks.XYs, plotter.XY{X: xv, Y: ymax * height})
-		marks.Labels = append(marks.Labels, s)
-		leftOK = append(leftOK, left)
 	}
 	if !origin.IsZero() {
 		dashed := []vg.Length{vg.Points(3), vg.Points(3)}
@@ -513,26 +545,17 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 				p.Legend.Add("attempt (start to end)", bar)
 				spanSeen = true
 			}
-			name := fmt.Sprintf(" attempt %d ", a.N)
+			name := fmt.Sprintf("attempt %d", a.N)
 			if a.ExitCode != nil {
-				name += fmt.Sprintf("(exit %d) ", *a.ExitCode)
+				name += fmt.Sprintf(" (exit %d)", *a.ExitCode)
 			}
 			if what := changedFor(run, a.N); what != "" {
-				// What the attempt was relaunched with, beside its name.
-				name += "with " + what + " "
+				// What the attempt was relaunched with, under its name.
+				name += "\nwith " + what
 			}
-			label(x0, 0.955, name, false)
+			label(x0, name, false, startColor)
 
-			oomAt := time.Time{}
-			for _, f := range a.Failures {
-				if strings.HasSuffix(f.Kind, "oom") {
-					oomAt = f.Time
-					break // one mark per attempt
-				}
-			}
-			if oomAt.IsZero() && a.Verdict != nil && strings.HasSuffix(string(a.Verdict.Kind), "oom") && a.End != nil {
-				oomAt = *a.End
-			}
+			oomAt := oomTime(a) // one mark per attempt
 			if oomAt.IsZero() {
 				continue
 			}
@@ -542,7 +565,7 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			}
 			oomSeen = true
 			// Left of its line, over the attempt it ended.
-			label(xo, 0.90, " "+oomLabel(a)+" ", true)
+			label(xo, oomLabel(a), true, oomColor)
 		}
 		if oomSeen {
 			sw, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
@@ -550,34 +573,9 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			p.Legend.Add("out of memory", sw)
 		}
 	}
-	if len(marks.XYs) > 0 {
-		lb, err := plotter.NewLabels(marks)
-		if err != nil {
-			return nil, err
-		}
-		prevEnd := math.Inf(-1) // where the last OOM label ends, on the x axis
-		for i := range lb.TextStyle {
-			lb.TextStyle[i].Font.Size = vg.Points(8)
-			lb.TextStyle[i].Color = startColor
-			// The panel's data area is about plotDataWidth wide.
-			room := float64(lb.TextStyle[i].Width(marks.Labels[i])/plotDataWidth) * (xmax - xmin)
-			x0 := marks.XYs[i].X
-			if leftOK[i] && x0-xmin > room {
-				lb.TextStyle[i].XAlign = text.XRight
-				x0 -= room
-			}
-			if leftOK[i] {
-				// Lower, clear of the OOM label before, when they meet.
-				if x0 < prevEnd {
-					lb.XYs[i].Y = ymax * 0.80
-				}
-				prevEnd = x0 + room
-			}
-			if strings.Contains(marks.Labels[i], "oom") {
-				lb.TextStyle[i].Color = oomColor
-			}
-		}
-		p.Add(lb)
+	if len(marks.items) > 0 {
+		p.Add(marks)
+		run.labels = append(run.labels, marks)
 	}
 	return p, nil
 }
@@ -602,14 +600,18 @@ func oomLabel(a *Attempt) string {
 		if o.RequestedBytes != nil {
 			fig = append(fig, "asked "+humanize.Size(*o.RequestedBytes))
 		}
+		if o.InUseBytes != nil {
+			fig = append(fig, humanize.Size(*o.InUseBytes)+" in use")
+		}
 		switch {
 		case o.FreeBytes != nil && o.TotalBytes != nil:
 			fig = append(fig, humanize.Size(*o.FreeBytes)+" free of "+humanize.Size(*o.TotalBytes))
 		case o.FreeBytes != nil:
 			fig = append(fig, humanize.Size(*o.FreeBytes)+" free")
 		}
-		if len(fig) > 0 {
-			s += "\n" + strings.Join(fig, ", ")
+		// Two figures a line.
+		for i := 0; i < len(fig); i += 2 {
+			s += "\n" + strings.Join(fig[i:min(i+2, len(fig))], ", ")
 		}
 	}
 	return s

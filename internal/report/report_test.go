@@ -459,7 +459,7 @@ func TestPlotScale(t *testing.T) {
 	if err != nil || len(panels) != 2 {
 		t.Fatalf("%d panels, %v", len(panels), err)
 	}
-	if y := panels[0].Y; y.Label.Text != "GPU memory (GiB)" || y.Max < 40 || y.Max > 48 {
+	if y := panels[0].Y; y.Label.Text != "GPU memory (GiB)" || y.Max < 40 || y.Max > 52 {
 		t.Errorf("GPU panel: %q up to %v", y.Label.Text, y.Max)
 	}
 	if y := panels[1].Y; y.Label.Text != "host memory (GiB)" || y.Max < 64 || y.Max > 75 {
