@@ -205,7 +205,32 @@ func TestReleaseLinker(t *testing.T) {
 		if out, err := onOldGlibc(lib, t.TempDir(), bin).CombinedOutput(); err != nil || string(out) != want {
 			t.Errorf("%s on the glibc in %s: %v, printed %q, want %q", bin, lib, err, out, want)
 		}
+		// Built plainly, the same program is stopped there: what the
+		// release linker is for, and the proof that this check can fail.
+		plain := filepath.Join(t.TempDir(), "ctorprobe-plain")
+		build := exec.Command("go", "build", "-o", plain, "./testdata/ctorprobe")
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./scripts/testdata/ctorprobe: %v\n%s", err, out)
+		}
+		if !newestAbove(glibcRefs(t, plain), "2.31") {
+			t.Skipf("this machine's glibc is no newer than 2.31: a plain build starts there too")
+		}
+		out, err := onOldGlibc(lib, t.TempDir(), plain).CombinedOutput()
+		if err == nil || !regexp.MustCompile("version `GLIBC_[0-9.]+' not found").Match(out) {
+			t.Errorf("a plain build on the glibc in %s: %v, printed %q; want it stopped with version `GLIBC_...' not found", lib, err, out)
+		}
 	})
+}
+
+// newestAbove says whether a version in refs is newer than v.
+func newestAbove(refs map[string][]string, v string) bool {
+	for r := range refs {
+		if newer(r, v) {
+			return true
+		}
+	}
+	return false
 }
 
 func absPath(t *testing.T, p string) string {
