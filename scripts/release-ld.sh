@@ -17,7 +17,8 @@
 #   a function that is new (the link then fails and names it).
 # - libpthread.so.0, libdl.so.2 and libresolv.so.2 are named as needed: before
 #   glibc 2.34 moved them into libc, pthread_create, dlopen and __res_search
-#   lived there (on a newer glibc they are empty and cost nothing).
+#   lived there (on a newer glibc libpthread and libdl are empty stubs, and
+#   libresolv is loaded anyway by Go's resolver when it is used).
 #
 # Go also runs its linker to probe which flags it takes: anything but the
 # final link (go.o among the inputs) goes to gcc unchanged.
@@ -59,7 +60,8 @@ __attribute__((used, visibility("hidden"))) void gpuguard_csu_fini(void) {}
 const int _IO_stdin_used = 0x20001;
 __asm__(
 	".symver gpuguard_libc_start_main, __libc_start_main@GLIBC_2.2.5\n"
-	".text\n"
+	/* Sections pushed and popped: the compiler does not know of them. */
+	".pushsection .text\n"
 	".globl _start\n"
 	".type _start, @function\n"
 	"_start:\n"
@@ -78,7 +80,16 @@ __asm__(
 	"	call *gpuguard_libc_start_main@GOTPCREL(%rip)\n"
 	"	hlt\n"
 	"	.cfi_endproc\n"
-	".size _start, . - _start\n");
+	".size _start, . - _start\n"
+	".popsection\n"
+	/* As glibc's crt1.o: the start of the data, for those who look. */
+	".pushsection .data\n"
+	".globl __data_start\n"
+	"__data_start:\n"
+	"	.long 0\n"
+	".weak data_start\n"
+	"	data_start = __data_start\n"
+	".popsection\n");
 EOF
 "$cc" -O2 -fPIC -fno-stack-protector -c "$tmp/crt1.c" -o "$tmp/B/crt1.o"
 cp "$tmp/B/crt1.o" "$tmp/B/Scrt1.o"
