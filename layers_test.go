@@ -91,6 +91,7 @@ var layers = map[string]layer{
 	"e2e":                                tests,
 	"examples":                           tests,
 	"reliability":                        tests,
+	"scripts":                            tests,
 	"slurm":                              tests,
 	"slurm/internal/slurmtest":           tests,
 	"slurm/multinode":                    tests,

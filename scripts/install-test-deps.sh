@@ -10,6 +10,8 @@ need=()
 # The shells whose completion scripts `gpuguard completion` writes.
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
+# An older glibc (Debian 11's) for the release test to start the release binary with.
+"$(dirname "$0")/old-glibc.sh"
 if [ ${#need[@]} -eq 0 ]; then echo "test dependencies present"; exit 0; fi
 echo "installing: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive

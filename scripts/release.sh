@@ -1,35 +1,42 @@
 #!/usr/bin/env bash
-# Release build (README "Install"): two binaries in DIR (default dist/), and
-# a check of each one's C library requirement with objdump -T.
+# Release build (README "Install"): two binaries in DIR (default dist/, which
+# git ignores), each checked with objdump -T for the C library it needs.
 #
-#   gpuguard-linux-amd64         cgo, samples GPU memory through NVML (go-nvml);
-#                                needs the glibc it was built against, at least
-#                                2.34 (GLIBC_2.34: pthread_*, dl* and
-#                                __libc_start_main moved into libc in 2.34).
-#   gpuguard-linux-amd64-nonvml  CGO_ENABLED=0, static: runs on any Linux (RHEL
-#                                or Rocky 8's glibc 2.28, Alpine) but samples no
-#                                GPU memory; everything else (OOM messages,
-#                                policy, relaunches, host memory) is the same.
+#   gpuguard-linux-amd64         cgo, samples GPU memory through NVML (go-nvml
+#                                dlopens libnvidia-ml.so.1); starts on glibc
+#                                2.28 or newer (RHEL and Rocky 8 onwards),
+#                                whatever glibc it is built on: linked by
+#                                scripts/release-ld.sh, which binds each glibc
+#                                symbol to its version of glibc 2.28 or older.
+#   gpuguard-linux-amd64-nonvml  CGO_ENABLED=0, static: needs no C library at
+#                                all (Alpine, musl) but samples no GPU memory;
+#                                everything else is the same.
 #
-# Binding the cgo build to glibc 2.28 was tried (.symver headers with
-# internal linking): Go's internal linker rejects versioned references and the
-# external one pulls __libc_start_main@GLIBC_2.34 from crt1.o, so the honest
-# release for glibc < 2.34 is the static build.
-#
-# The version is `git describe`, set with -ldflags -X main.version.
+# GPUGUARD_GLIBC sets the oldest glibc the NVML build must start on (2.28).
+# Needs go, gcc, binutils (objdump, objcopy) and git; the version is
+# `git describe`, set with -ldflags -X main.version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 out=${1:-dist}
+glibc=${GPUGUARD_GLIBC:-2.28}
+export GPUGUARD_GLIBC=$glibc
+for tool in go gcc objdump objcopy; do
+  command -v "$tool" >/dev/null || { echo "release: $tool is missing: install go, gcc and binutils (Debian: apt-get install gcc binutils)" >&2; exit 1; }
+done
 mkdir -p "$out"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 ldflags="-s -w -X main.version=$version"
 
 export CGO_CFLAGS="${CGO_CFLAGS:--Wno-deprecated-declarations}"
-CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags" -o "$out/gpuguard-linux-amd64" .
+# go build skips a link whose inputs it has seen; the linker script is not
+# one of them, so the old binaries go first.
+rm -f "$out/gpuguard-linux-amd64" "$out/gpuguard-linux-amd64-nonvml"
+CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags -linkmode=external -extld='$root/scripts/release-ld.sh'" -o "$out/gpuguard-linux-amd64" .
 CGO_ENABLED=0 go build -trimpath -tags nonvml -ldflags "$ldflags" -o "$out/gpuguard-linux-amd64-nonvml" .
 
 # The newest glibc symbol version a binary needs ("" for none).
-needs() { { objdump -T "$1" 2>/dev/null || true; } | { grep -o 'GLIBC_[0-9.]*' || true; } | sed 's/GLIBC_//' | sort -uV | tail -1; }
+needs() { { objdump -T "$1" 2>/dev/null || true; } | { grep -o 'GLIBC_[0-9.]*[0-9]' || true; } | sed 's/GLIBC_//' | sort -uV | tail -1; }
 
 cgo=$(needs "$out/gpuguard-linux-amd64")
 static=$(needs "$out/gpuguard-linux-amd64-nonvml")
@@ -37,9 +44,9 @@ if [ -n "$static" ]; then
   echo "release: $out/gpuguard-linux-amd64-nonvml needs glibc $static; it must need none" >&2
   exit 1
 fi
-if [ "$(printf '%s\n2.34\n' "$cgo" | sort -V | tail -1)" != "2.34" ] && [ "${GPUGUARD_RELEASE_ANY_GLIBC:-}" != 1 ]; then
-  echo "release: $out/gpuguard-linux-amd64 needs glibc $cgo, newer than the 2.34 the README states; build on an older distribution (Debian 12, Ubuntu 22.04), or set GPUGUARD_RELEASE_ANY_GLIBC=1 and say so" >&2
+if [ -z "$cgo" ] || [ "$(printf '%s\n%s\n' "$cgo" "$glibc" | sort -V | tail -1)" != "$glibc" ]; then
+  echo "release: $out/gpuguard-linux-amd64 needs glibc ${cgo:-(none found: is it dynamically linked?)}, not $glibc or older as the README states (objdump -T $out/gpuguard-linux-amd64)" >&2
   exit 1
 fi
-echo "$out/gpuguard-linux-amd64: $version, needs glibc $cgo or newer (objdump -T)"
+echo "$out/gpuguard-linux-amd64: $version, NVML; its newest glibc symbol version is $cgo (objdump -T): starts on glibc $glibc (RHEL/Rocky 8) and later"
 echo "$out/gpuguard-linux-amd64-nonvml: $version, static, needs no glibc; samples no GPU memory"

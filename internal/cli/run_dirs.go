@@ -1,18 +1,14 @@
 package cli
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -34,33 +30,27 @@ func checkChoice(flag, value string, choices ...string) error {
 	return usageError("--%s %q is not one of %s%s", flag, value, strings.Join(choices, ", "), policy.DidYouMean(value, choices))
 }
 
-// checkNewRunDir refuses a --run-dir that already holds a run: a new run
-// never appends to an earlier one (report and explain would mix the two).
-// A Slurm job requeued onto its own run directory (SLURM_RESTART_COUNT > 0)
-// continues it, as before.
+// checkNewRunDir refuses a --run-dir that already holds a run
+// (rundir.CheckNew): a new run never appends to an earlier one. A Slurm job
+// requeued onto its own run directory (SLURM_RESTART_COUNT > 0) continues
+// it, as before.
 func checkNewRunDir(dir string) error {
-	if n := os.Getenv("SLURM_RESTART_COUNT"); n != "" && n != "0" {
-		return nil
+	n := os.Getenv("SLURM_RESTART_COUNT")
+	err := rundir.CheckNew(dir, n != "" && n != "0")
+	var held *rundir.HeldError
+	if !errors.As(err, &held) {
+		return err
 	}
-	if rundir.Live(dir) {
-		return nil // the run refuses it, naming the gpuguard that holds it
-	}
-	for _, name := range []string{record.Events, record.OutputLog, record.State} {
-		st, err := os.Lstat(filepath.Join(dir, name))
-		if err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
-			continue
-		}
-		return &exitcode.Error{Code: exitcode.CantCreate, Msg: fmt.Sprintf(
-			"--run-dir %s already holds a run (%s): a new run never appends to one; give a new directory, leave --run-dir out (a new one under %s), or continue that run with --resume-run %s",
-			dir, name, runsDir, dir)}
-	}
-	return nil
+	return &exitcode.Error{Code: exitcode.CantCreate, Msg: fmt.Sprintf(
+		"--run-dir %s already holds a run (%s): a new run never appends to one; give a new directory, leave --run-dir out (a new one under %s), or continue that run with --resume-run %s",
+		held.Dir, held.File, runsDir, held.Dir)}
 }
 
 // projectRunDir is where a run started in wd keeps its records when the
 // project's runs are above wd (projectRunsDir, or the folder of the
-// project's policy): the path of a new directory there, relative to wd. It is "" when
-// the runs are kept in wd itself, as the supervisor does by default.
+// project's policy): a new directory there (rundir.NewPath), relative to
+// wd. It is "" when the runs are kept in wd itself, as the supervisor does
+// by default.
 func projectRunDir(wd string) (string, error) {
 	root := projectRunsDir(wd)
 	if sameDir(root, wd) {
@@ -71,23 +61,11 @@ func projectRunDir(wd string) (string, error) {
 	if sameDir(root, wd) {
 		return "", nil
 	}
-	top := filepath.Join(root, ".gpuguard")
-	if _, err := os.Stat(top); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(top, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return "", fmt.Errorf("cannot create %s: %w; give --run-dir DIR", top, err)
-		}
-		// Best effort, as for a run in wd: run records stay out of git.
-		_ = os.WriteFile(filepath.Join(top, ".gitignore"), []byte("# gpuguard run records\n*\n"), 0o644)
+	p, err := rundir.NewPath(root)
+	if err != nil {
+		return "", err
 	}
-	runs := filepath.Join(top, "runs")
-	if err := os.MkdirAll(runs, 0o755); err != nil {
-		return "", fmt.Errorf("cannot create %s: %w; give --run-dir DIR", runs, err)
-	}
-	// The directory itself is made by the run, once its policy is read: a
-	// run refused before it starts leaves no empty run behind.
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return relTo(wd, filepath.Join(runs, time.Now().Format("20060102-150405")+"-"+hex.EncodeToString(b[:]))), nil
+	return relTo(wd, p), nil
 }
 
 // resumeCommand is the command `run --resume-run DIR` runs: argv when one

@@ -12,8 +12,6 @@
 package rundir
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -104,7 +102,8 @@ func (z zapErrors) Write(p []byte) (int, error) {
 func (zapErrors) Sync() error { return nil }
 
 // Create creates the directory of a new run: explicit when given (created
-// if missing; an existing one is appended to), otherwise
+// if missing; an existing one is appended to: CheckNew says first whether a
+// new run may take it), otherwise
 // .gpuguard/runs/<YYYYMMDD-HHMMSS>-<random> under workDir. A new .gpuguard
 // directory gets a .gitignore so that runs stay out of version control.
 // The error of a failure says which directory and how to choose another.
@@ -119,22 +118,12 @@ func Create(explicit, workDir string) (*Dir, error) {
 		}
 		return openFiles(p, false, false)
 	}
-	top := filepath.Join(workDir, ".gpuguard")
-	if _, err := os.Stat(top); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(top, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, runDirError(top, err)
-		}
-		// Best effort: a run directory is no source file.
-		_ = os.WriteFile(filepath.Join(top, ".gitignore"), []byte("# gpuguard run records\n*\n"), 0o644)
-	}
-	runs := filepath.Join(top, "runs")
-	if err := os.MkdirAll(runs, 0o755); err != nil {
-		return nil, runDirError(runs, err)
+	runs, err := runsDir(workDir)
+	if err != nil {
+		return nil, err
 	}
 	for i := 0; ; i++ {
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		p := filepath.Join(runs, time.Now().Format("20060102-150405")+"-"+hex.EncodeToString(b[:]))
+		p := filepath.Join(runs, newName())
 		err := os.Mkdir(p, 0o755)
 		if err == nil {
 			return openFiles(p, true, false)

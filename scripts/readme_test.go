@@ -1,0 +1,106 @@
+package scripts
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// readmeBlocks is the README's bash blocks from the heading from up to the
+// heading to, each as one script.
+func readmeBlocks(t *testing.T, from, to string) []string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\n"+from+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q heading", from)
+	}
+	rest, _, ok = strings.Cut(rest, "\n"+to+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q heading after %q", to, from)
+	}
+	var blocks []string
+	for {
+		_, after, ok := strings.Cut(rest, "```bash\n")
+		if !ok {
+			return blocks
+		}
+		block, after, ok := strings.Cut(after, "```")
+		if !ok {
+			t.Fatalf("README.md: a bash block after %q is not closed", from)
+		}
+		blocks = append(blocks, block)
+		rest = after
+	}
+}
+
+// The README's commands, from "Try it" to "Install", work in a fresh clone
+// (of the last commit: uncommitted edits are not in it)
+// and leave nothing there that git sees: the next build's version (git
+// describe --dirty) does not read "modified". What they leave is ignored by
+// .gitignore, and listed in the test's log.
+func TestReadmeLeavesCloneClean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gpuguard three times and runs the example: not in -short")
+	}
+	tools(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("the README's example job needs python3, which is not on PATH")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := filepath.Join(t.TempDir(), "gpuguard")
+	if out, err := exec.Command("git", "clone", "-q", root, clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone %s: %v\n%s", root, err, out)
+	}
+	gobin := t.TempDir()
+	blocks := readmeBlocks(t, "## Try it (no GPU needed)", "## Test")
+	if len(blocks) < 3 {
+		t.Fatalf("README.md's Try it and Install sections have %d bash blocks, want the example's, report's and install's", len(blocks))
+	}
+	for _, block := range blocks {
+		var lines []string
+		for _, line := range strings.Split(block, "\n") {
+			// The published module is fetched from the module proxy: the
+			// clone's own `go install .` stands for it here.
+			if strings.Contains(line, "@latest") {
+				t.Logf("not run (fetches the published module): %s", line)
+				continue
+			}
+			lines = append(lines, line)
+		}
+		script := strings.Join(lines, "\n")
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = clone
+		cmd.Env = append(os.Environ(), "GOBIN="+gobin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("README command in a fresh clone:\n%s\nfailed: %v\n%s", script, err, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(gobin, "gpuguard")); err != nil {
+		t.Errorf("go install . put no gpuguard in GOBIN: %v", err)
+	}
+
+	status, err := gitIn(clone, "status", "--porcelain")
+	if err != nil || status != "" {
+		t.Errorf("the README's commands left files git sees in the clone (git status --porcelain: %v):\n%s", err, status)
+	}
+	if v, err := gitIn(clone, "describe", "--always", "--dirty"); err != nil || strings.HasSuffix(strings.TrimSpace(v), "-dirty") {
+		t.Errorf("git describe --dirty after the README's commands: %q %v", v, err)
+	}
+	ignored, _ := gitIn(clone, "status", "--porcelain", "--ignored")
+	t.Logf("left in the clone, ignored by git:\n%s", ignored)
+}
+
+func gitIn(dir string, args ...string) (string, error) {
+	out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput()
+	return string(out), err
+}
