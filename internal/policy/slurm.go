@@ -209,3 +209,7 @@ func (s Slurm) ExcludeNode(excluded []string, node string, machine bool) (bool, 
 	return true, fmt.Sprintf("the failure points at node %s; node %d of at most %d left out (slurm.exclude_failed_nodes)",
 		node, len(excluded)+1, s.ExcludeFailedNodes)
 }
+
+// RelaunchBudget is budget.relaunches: how many relaunches the whole run
+// may have, across Slurm requeues.
+func (p *Policy) RelaunchBudget() int { return p.budget.relaunches }
