@@ -1,0 +1,107 @@
+package supervisor
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
+)
+
+// nodePolicy retries crashes unchanged once, and leaves out one failed node.
+const nodePolicy = `version: 1
+rules:
+  - name: machine
+    when: {kind: crash}
+    steps: [{retry: true}]
+budget: {relaunches: 1, crash: 5}
+backoff: {initial: 0s, max: 0s, jitter: 0}
+slurm: {exclude_failed_nodes: 1}
+`
+
+// eccFailure is a job that dies as a GPU with an uncorrectable ECC error
+// does (PyTorch's message), a failure that points at the machine.
+var eccFailure = []string{"/bin/sh", "-c", `echo "RuntimeError: CUDA error: uncorrectable ECC error encountered" >&2; exit 1`}
+
+// After a machine failure the job is requeued without the node (the nodes
+// it already left out kept), when Slurm lets it; otherwise, and for a
+// failure that is not the machine's, the policy's relaunch happens here.
+func TestExcludeFailedNode(t *testing.T) {
+	for _, tc := range []struct {
+		name, scontrol string
+		env            []string
+		argv           []string
+		calls          string
+		requeue        string // the requeue event's result, "" for none
+		excluded       []string
+		attempts       int
+		stderr         []string
+	}{
+		{"machine failure", "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "SLURM_JOB_NUM_NODES=1"}, eccFailure,
+			"show job -o 42|requeue 42|update JobId=42 ExcNodeList=n1", "requeued without node n1", []string{"n1"}, 1,
+			[]string{"attempt 1 died of a crash that is not memory (CUDA error: uncorrectable ECC error encountered) on node n1 → rule machine step 1: relaunch unchanged; leaving node n1 out (the failure points at node n1; node 1 of at most 1 left out (slurm.exclude_failed_nodes)): requeueing Slurm job 42 with ExcNodeList=n1",
+				"requeued Slurm job 42 without node n1 (scontrol update JobId=42 ExcNodeList=n1): it continues from .gpuguard/runs/slurm-42",
+				"machine step 1, requeued without n1"}},
+		{"requeue refused", "disabled", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1"}, eccFailure,
+			"show job -o 42|requeue 42", "refused", nil, 2,
+			[]string{"warning: cannot read job 42's ExcNodeList (scontrol show job -o 42: exit status 1); the job's own ExcNodeList, if any, is replaced by n1",
+				"cannot leave node n1 out: scontrol requeue 42: Requested operation is presently disabled for job 42; relaunching here",
+				"relaunch budget exhausted (1/1)"}},
+		{"not the machine", "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1"},
+			[]string{"/bin/sh", "-c", `echo "ValueError: bad label" >&2; exit 1`}, "", "", nil, 2, nil},
+		{"around srun over two nodes", "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "SLURM_JOB_NUM_NODES=2"}, eccFailure,
+			"", "", nil, 2,
+			[]string{"not leaving the node out: the job has 2 nodes and gpuguard runs around their step (srun), so it does not know which node the failure came from (run gpuguard on each node: srun gpuguard run ...); relaunching here"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startInSlurm(t, nodePolicy, tc.scontrol, tc.env, tc.argv...)
+			if code := c.g.exitCode(t); code != 1 {
+				t.Errorf("exit status %d, want the job's 1; stderr:\n%s", code, c.g.errb)
+			}
+			if calls := strings.Join(c.scontrolCalls(), "|"); calls != tc.calls {
+				t.Errorf("scontrol calls %q, want %q", calls, tc.calls)
+			}
+			wantContains(t, "stderr", c.g.errb.String(), tc.stderr...)
+			req := c.events(t, "slurm-42", "requeue")
+			if tc.requeue == "" && len(req) != 0 || tc.requeue != "" && (len(req) != 1 || req[0]["result"] != tc.requeue) {
+				t.Errorf("requeue events %v, want %q", req, tc.requeue)
+			}
+			if n := len(c.events(t, "slurm-42", "attempt_start")); n != tc.attempts {
+				t.Errorf("%d attempts, want %d; stderr:\n%s", n, tc.attempts, c.g.errb)
+			}
+			if st := c.state(t, "slurm-42"); !slices.Equal(st.Restarts.ExcludedNodes, tc.excluded) {
+				t.Errorf("state.json's excluded nodes %v, want %v", st.Restarts.ExcludedNodes, tc.excluded)
+			}
+		})
+	}
+}
+
+// An attempt that a SIGTERM from outside ended (a preemption, scancel, a
+// requeue) is counted apart from the failures, in state.json, whether
+// SIGTERM is a requeue signal or not, and consumes no relaunch.
+func TestPreemptionCountedApart(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+	}{
+		{"requeue signal", "version: 1\nslurm: {requeue_on: [SIGTERM]}\n"},
+		{"not a requeue signal", "version: 1\nslurm: {requeue_on: [SIGUSR2]}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startInSlurm(t, tc.policy, "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1"},
+				"/bin/sh", "-c", `echo ready > signals; exec sleep 600`)
+			supervisortest.WaitFile(t, filepath.Join(c.dir, "signals"), "ready")
+			c.g.signal(t, syscall.SIGTERM)
+			if code := c.g.exitCode(t); code != 128+int(syscall.SIGTERM) {
+				t.Errorf("exit status %d, want the job's %d; stderr:\n%s", code, 128+int(syscall.SIGTERM), c.g.errb)
+			}
+			wantContains(t, "stderr", c.g.errb.String(),
+				"attempt 1 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 0 of 5)")
+			st := c.state(t, "slurm-42")
+			if st.Restarts.Preempted != 1 || st.Policies.Relaunches != 0 {
+				t.Errorf("state.json: preempted %d, relaunches %d; want 1 and 0", st.Restarts.Preempted, st.Policies.Relaunches)
+			}
+		})
+	}
+}
