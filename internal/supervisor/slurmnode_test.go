@@ -105,3 +105,38 @@ func TestPreemptionCountedApart(t *testing.T) {
 		})
 	}
 }
+
+// The relaunch budget carries across a Slurm requeue, and a run that gives
+// up again after the scheduler's retry on 75 says a retry cannot help (79):
+// a batch script that requeues on 75 and gpuguard cannot loop for ever.
+func TestBudgetsAcrossRequeueEndTheRetries(t *testing.T) {
+	const pol = `version: 1
+rules:
+  - name: retry
+    when: {kind: crash}
+    steps: [{retry: true}]
+budget: {relaunches: 1, crash: 5}
+backoff: {initial: 0s, max: 0s, jitter: 0}
+exit_codes: scheduler
+`
+	crash := []string{"/bin/sh", "-c", `echo "ValueError: bad label" >&2; exit 1`}
+	dir := t.TempDir()
+	first := startInSlurmDir(t, dir, pol, "", []string{"SLURM_JOB_ID=42"}, crash...)
+	if code := first.g.exitCode(t); code != ExitRetryMayHelp {
+		t.Fatalf("first run: exit status %d, want %d; stderr:\n%s", code, ExitRetryMayHelp, first.g.errb)
+	}
+	second := startInSlurmDir(t, dir, pol, "", []string{"SLURM_JOB_ID=42", "SLURM_RESTART_COUNT=1"}, crash...)
+	if code := second.g.exitCode(t); code != ExitRetryCannotHelp {
+		t.Errorf("requeued run: exit status %d, want %d; stderr:\n%s", code, ExitRetryCannotHelp, second.g.errb)
+	}
+	wantContains(t, "the requeued run's stderr", second.g.errb.String(),
+		"(budgets carried over (Slurm requeue))",
+		"attempt 3 died of a crash that is not memory (ValueError: bad label) → giving up: attempt 3: crash in an unknown phase; relaunch budget exhausted (1/1)",
+		"gave up again after a retry from outside (this job gave up 1 time(s) before, with its budgets carried on): a further retry cannot help")
+	if n := len(second.events(t, "slurm-42", "attempt_start")); n != 3 {
+		t.Errorf("%d attempts over both runs, want 3 (the requeued run's first gives up at once)", n)
+	}
+	if st := second.state(t, "slurm-42"); st.Restarts.GaveUp != 1 || st.Policies.Relaunches != 1 {
+		t.Errorf("state.json: gave up %d, relaunches %d; want 1 and 1", st.Restarts.GaveUp, st.Policies.Relaunches)
+	}
+}
