@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,6 +10,32 @@ import (
 
 	"github.com/gpuguard/gpuguard/internal/supervisor/supervisortest"
 )
+
+// The status lines docs/slurm.md quotes; the tests below check that gpuguard
+// prints them, and TestSlurmDocQuotes that the doc quotes them as printed.
+const (
+	docExcludeLine     = "attempt 1 died of a crash that is not memory (CUDA error: uncorrectable ECC error encountered) on node n1 → rule machine step 1: relaunch unchanged; leaving node n1 out (the failure points at node n1; node 1 of at most 1 left out (slurm.exclude_failed_nodes)): requeueing Slurm job 42 with ExcNodeList=n1"
+	docRequeuedLine    = "requeued Slurm job 42 without node n1 (scontrol update JobId=42 ExcNodeList=n1): it continues from .gpuguard/runs/slurm-42"
+	docPreemptedLine   = "attempt 1 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 0 of 5)"
+	docGaveUpAgainLine = "gave up again after a retry from outside (this job gave up 1 time(s) before, with its budgets carried on): a further retry cannot help"
+)
+
+func TestSlurmDocQuotes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/slurm.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(doc), "\n")
+	for _, want := range []string{docExcludeLine, docRequeuedLine, docPreemptedLine, docGaveUpAgainLine} {
+		found := false
+		for _, l := range lines {
+			found = found || strings.TrimSpace(l) == "gpuguard: "+want
+		}
+		if !found {
+			t.Errorf("docs/slurm.md does not quote, on a line of its own:\ngpuguard: %s", want)
+		}
+	}
+}
 
 // nodePolicy retries crashes unchanged once, and leaves out one failed node.
 const nodePolicy = `version: 1
@@ -41,8 +68,8 @@ func TestExcludeFailedNode(t *testing.T) {
 	}{
 		{"machine failure", "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "SLURM_JOB_NUM_NODES=1"}, eccFailure,
 			"show job -o 42|requeue 42|update JobId=42 ExcNodeList=n1", "requeued without node n1", []string{"n1"}, 1,
-			[]string{"attempt 1 died of a crash that is not memory (CUDA error: uncorrectable ECC error encountered) on node n1 → rule machine step 1: relaunch unchanged; leaving node n1 out (the failure points at node n1; node 1 of at most 1 left out (slurm.exclude_failed_nodes)): requeueing Slurm job 42 with ExcNodeList=n1",
-				"requeued Slurm job 42 without node n1 (scontrol update JobId=42 ExcNodeList=n1): it continues from .gpuguard/runs/slurm-42",
+			[]string{docExcludeLine,
+				docRequeuedLine,
 				"machine step 1, requeued without n1"}},
 		{"requeue refused", "disabled", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1"}, eccFailure,
 			"show job -o 42|requeue 42", "refused", nil, 2,
@@ -97,7 +124,7 @@ func TestPreemptionCountedApart(t *testing.T) {
 				t.Errorf("exit status %d, want the job's %d; stderr:\n%s", code, 128+int(syscall.SIGTERM), c.g.errb)
 			}
 			wantContains(t, "stderr", c.g.errb.String(),
-				"attempt 1 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 0 of 5)")
+				docPreemptedLine)
 			st := c.state(t, "slurm-42")
 			if st.Restarts.Preempted != 1 || st.Policies.Relaunches != 0 {
 				t.Errorf("state.json: preempted %d, relaunches %d; want 1 and 0", st.Restarts.Preempted, st.Policies.Relaunches)
@@ -132,7 +159,7 @@ exit_codes: scheduler
 	wantContains(t, "the requeued run's stderr", second.g.errb.String(),
 		"(budgets carried over (Slurm requeue))",
 		"attempt 3 died of a crash that is not memory (ValueError: bad label) → giving up: attempt 3: crash in an unknown phase; relaunch budget exhausted (1/1)",
-		"gave up again after a retry from outside (this job gave up 1 time(s) before, with its budgets carried on): a further retry cannot help")
+		docGaveUpAgainLine)
 	if n := len(second.events(t, "slurm-42", "attempt_start")); n != 3 {
 		t.Errorf("%d attempts over both runs, want 3 (the requeued run's first gives up at once)", n)
 	}
