@@ -14,10 +14,11 @@ import (
 // The status lines docs/slurm.md quotes; the tests below check that gpuguard
 // prints them, and TestSlurmDocQuotes that the doc quotes them as printed.
 const (
-	docExcludeLine     = "attempt 1 died of a crash that is not memory (CUDA error: uncorrectable ECC error encountered) on node n1 → rule machine step 1: relaunch unchanged; leaving node n1 out (the failure points at node n1; node 1 of at most 1 left out (slurm.exclude_failed_nodes)): requeueing Slurm job 42 with ExcNodeList=n1"
-	docRequeuedLine    = "requeued Slurm job 42 without node n1 (scontrol update JobId=42 ExcNodeList=n1): it continues from .gpuguard/runs/slurm-42"
-	docPreemptedLine   = "attempt 1 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 0 of 5)"
-	docGaveUpAgainLine = "gave up again after a retry from outside (this job gave up 1 time(s) before, with its budgets carried on): a further retry cannot help"
+	docExcludeLine      = "attempt 1 died of a crash that is not memory (CUDA error: uncorrectable ECC error encountered) on node n1 → rule machine step 1: relaunch unchanged; leaving node n1 out (the failure points at node n1; node 1 of at most 1 left out (slurm.exclude_failed_nodes)): requeueing Slurm job 42 with ExcNodeList=n1"
+	docRequeuedLine     = "requeued Slurm job 42 without node n1 (scontrol update JobId=42 ExcNodeList=n1): it continues from .gpuguard/runs/slurm-42"
+	docPreemptedLine    = "attempt 1 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 0 of 5)"
+	docCarriedPreempted = "; 1 such stop so far from outside (preemptions, requeues), not counted against the budgets"
+	docGaveUpAgainLine  = "gave up again after a retry from outside (this job gave up 1 time(s) before, with its budgets carried on): a further retry cannot help"
 )
 
 func TestSlurmDocQuotes(t *testing.T) {
@@ -26,6 +27,9 @@ func TestSlurmDocQuotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(doc), "\n")
+	if !strings.Contains(string(doc), "`"+strings.TrimPrefix(docCarriedPreempted, "; ")+"`") {
+		t.Errorf("docs/slurm.md does not quote what a requeued run adds to its resuming line: %s", docCarriedPreempted)
+	}
 	for _, want := range []string{docExcludeLine, docRequeuedLine, docPreemptedLine, docGaveUpAgainLine} {
 		found := false
 		for _, l := range lines {
@@ -128,6 +132,15 @@ func TestPreemptionCountedApart(t *testing.T) {
 			st := c.state(t, "slurm-42")
 			if st.Restarts.Preempted != 1 || st.Policies.Relaunches != 0 {
 				t.Errorf("state.json: preempted %d, relaunches %d; want 1 and 0", st.Restarts.Preempted, st.Policies.Relaunches)
+			}
+			// The requeued run carries the tally on, and says so.
+			next := startInSlurmDir(t, c.dir, tc.policy, "", []string{"SLURM_JOB_ID=42", "SLURMD_NODENAME=n1", "SLURM_RESTART_COUNT=1"}, "/bin/true")
+			if code := next.g.exitCode(t); code != 0 {
+				t.Errorf("requeued run: exit status %d, want 0; stderr:\n%s", code, next.g.errb)
+			}
+			wantContains(t, "the requeued run's stderr", next.g.errb.String(), "(budgets carried over (Slurm requeue))"+docCarriedPreempted)
+			if st := next.state(t, "slurm-42"); st.Restarts.Preempted != 1 {
+				t.Errorf("the requeued run's state.json: preempted %d, want 1", st.Restarts.Preempted)
 			}
 		})
 	}
