@@ -464,6 +464,9 @@ exec %s run --policy policy.yaml -- %s
 	slurmtest.WantContains(t, "the job's output", out,
 		"SIGTERM: no more relaunches here",
 		"attempt 2 ended (exit status 143) after SIGTERM: not relaunching here, the job is requeued",
+		// scancel's SIGTERM is not a failure: counted apart, carried on.
+		"attempt 2 ended on SIGTERM from outside (a preemption, scontrol requeue, scancel or the end of the allocation): not a failure; 1 such stop so far counted apart, not against the failure budgets (relaunches used: 1 of ",
+		"(budgets carried over (Slurm requeue)); 1 such stop so far from outside (preemptions, requeues), not counted against the budgets",
 		"requeued Slurm job "+id+" after SIGTERM (scontrol requeue "+id+")",
 		"restart 1",
 		"resuming run "+runDir+" at attempt 3 with batch_size=32 env:PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True grad_accum=1 val_crop_size=512 workers=4 (budgets carried over (Slurm requeue))",

@@ -39,6 +39,13 @@ type Slurm struct {
 	// whatever its cause), so a job that never gets far enough within its
 	// allocation cannot loop for ever (slurm.max_requeues, default 10).
 	MaxRequeues int
+	// ExcludeFailedNodes: after an attempt dies of a failure that points at
+	// the machine (the verdict's machine: an ECC error, a GPU fallen off the
+	// bus, an NCCL hardware or network error, a node failure), the job is
+	// requeued without that node (`scontrol update ExcNodeList`), up to this
+	// many nodes over the job's life (slurm.exclude_failed_nodes, default
+	// 0: off). See ExcludeNode.
+	ExcludeFailedNodes int
 }
 
 // DefaultSlurm is the slurm: section a policy without one has: never
@@ -108,7 +115,7 @@ func (w *walker) slurmSpec(n *yaml.Node, s *Slurm) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
-	for _, f := range w.mapping(n, "slurm", "requeue_on", "stop_after", "max_requeues") {
+	for _, f := range w.mapping(n, "slurm", "requeue_on", "stop_after", "max_requeues", "exclude_failed_nodes") {
 		switch f.name {
 		case "requeue_on":
 			s.RequeueOn = w.signalList(f.val)
@@ -119,6 +126,8 @@ func (w *walker) slurmSpec(n *yaml.Node, s *Slurm) {
 			}
 		case "max_requeues":
 			s.MaxRequeues = w.integer(f.val, "slurm max_requeues", 1)
+		case "exclude_failed_nodes":
+			s.ExcludeFailedNodes = w.integer(f.val, "slurm exclude_failed_nodes", 0)
 		}
 	}
 }
@@ -171,3 +180,36 @@ func (w *walker) signalList(n *yaml.Node) []syscall.Signal {
 	}
 	return out
 }
+
+// ExcludeNode decides whether the job, whose attempt on node died of a
+// failure that points at the machine (machine: the verdict's), is requeued
+// without that node. excluded are the nodes the job was already asked of
+// Slurm without. It returns the decision and, either way, why in words.
+// The policy's decision on the failure comes first: only a failure the
+// rules relaunch is requeued elsewhere, and the relaunch counts against the
+// budgets as any other.
+func (s Slurm) ExcludeNode(excluded []string, node string, machine bool) (bool, string) {
+	switch {
+	case !machine:
+		return false, "the failure does not point at the machine"
+	case s.ExcludeFailedNodes == 0:
+		return false, "slurm.exclude_failed_nodes is 0 (off)"
+	case node == "":
+		return false, "the node the attempt ran on is not known (no SLURMD_NODENAME)"
+	}
+	for _, n := range excluded {
+		if n == node {
+			return false, fmt.Sprintf("node %s was left out already, yet the job ran on it", node)
+		}
+	}
+	if len(excluded) >= s.ExcludeFailedNodes {
+		return false, fmt.Sprintf("%d node(s) left out already (%s), the limit of slurm.exclude_failed_nodes: %d",
+			len(excluded), strings.Join(excluded, ","), s.ExcludeFailedNodes)
+	}
+	return true, fmt.Sprintf("the failure points at node %s; node %d of at most %d left out (slurm.exclude_failed_nodes)",
+		node, len(excluded)+1, s.ExcludeFailedNodes)
+}
+
+// RelaunchBudget is budget.relaunches: how many relaunches the whole run
+// may have, across Slurm requeues.
+func (p *Policy) RelaunchBudget() int { return p.budget.relaunches }

@@ -70,7 +70,7 @@ func TestSlurmErrors(t *testing.T) {
 		want      []string
 	}{
 		{"unknown key", "version: 1\nslurm: {requeue-on: [SIGUSR2]}\n",
-			[]string{`f.yaml:2:9: slurm: unknown key "requeue-on" (did you mean "requeue_on"?); allowed: requeue_on, stop_after, max_requeues`}},
+			[]string{`f.yaml:2:9: slurm: unknown key "requeue-on" (did you mean "requeue_on"?); allowed: requeue_on, stop_after, max_requeues, exclude_failed_nodes`}},
 		{"not a mapping", "version: 1\nslurm: [SIGUSR2]\n",
 			[]string{"f.yaml:2:8: slurm must be a mapping (key: value lines), not a list"}},
 		{"misspelt signal", "version: 1\nslurm: {requeue_on: [SIGUSR3]}\n",
@@ -89,6 +89,10 @@ func TestSlurmErrors(t *testing.T) {
 			[]string{`f.yaml:2:21: slurm stop_after must be a duration such as "30s" or "2m", not "60"; write it with a unit, e.g. "60s"`}},
 		{"max_requeues zero", "version: 1\nslurm: {max_requeues: 0}\n",
 			[]string{"f.yaml:2:23: slurm max_requeues must be at least 1, not 0"}},
+		{"exclude_failed_nodes negative", "version: 1\nslurm: {exclude_failed_nodes: -1}\n",
+			[]string{"f.yaml:2:31: slurm exclude_failed_nodes must be at least 0, not -1"}},
+		{"exclude_failed_nodes not a number", "version: 1\nslurm:\n  exclude_failed_nodes: yes\n",
+			[]string{`f.yaml:3:25: slurm exclude_failed_nodes must be a whole number, not "yes"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("f.yaml", []byte(tc.src))
@@ -128,4 +132,48 @@ func (s Slurm) requeues(sig syscall.Signal) bool {
 		}
 	}
 	return false
+}
+
+func TestSlurmExcludeFailedNodesParsed(t *testing.T) {
+	p, err := Parse("p.yaml", []byte("version: 1\nslurm: {exclude_failed_nodes: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Slurm().ExcludeFailedNodes; got != 2 {
+		t.Errorf("ExcludeFailedNodes = %d, want 2", got)
+	}
+	if got := DefaultSlurm.ExcludeFailedNodes; got != 0 {
+		t.Errorf("default ExcludeFailedNodes = %d, want 0 (off)", got)
+	}
+}
+
+func TestSlurmExcludeNode(t *testing.T) {
+	on := Slurm{ExcludeFailedNodes: 2}
+	for _, tc := range []struct {
+		name     string
+		s        Slurm
+		excluded []string
+		node     string
+		machine  bool
+		want     bool
+		why      string
+	}{
+		{"machine failure, first node", on, nil, "n1", true, true,
+			"the failure points at node n1; node 1 of at most 2 left out (slurm.exclude_failed_nodes)"},
+		{"machine failure, second node", on, []string{"n1"}, "n2", true, true,
+			"the failure points at node n2; node 2 of at most 2 left out (slurm.exclude_failed_nodes)"},
+		{"limit reached", on, []string{"n1", "n2"}, "n3", true, false,
+			"2 node(s) left out already (n1,n2), the limit of slurm.exclude_failed_nodes: 2"},
+		{"not the machine", on, nil, "n1", false, false, "the failure does not point at the machine"},
+		{"off", Slurm{}, nil, "n1", true, false, "slurm.exclude_failed_nodes is 0 (off)"},
+		{"node unknown", on, nil, "", true, false, "the node the attempt ran on is not known (no SLURMD_NODENAME)"},
+		{"left out already", on, []string{"n1"}, "n1", true, false, "node n1 was left out already, yet the job ran on it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := tc.s.ExcludeNode(tc.excluded, tc.node, tc.machine)
+			if got != tc.want || why != tc.why {
+				t.Errorf("ExcludeNode(%v, %q, %v) = %v, %q; want %v, %q", tc.excluded, tc.node, tc.machine, got, why, tc.want, tc.why)
+			}
+		})
+	}
 }

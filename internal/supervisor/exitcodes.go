@@ -46,7 +46,7 @@ func classifyGiveUp(v classify.Verdict, budgetSpent bool) giveUp {
 // noteGiveUp records that the run gives up after attempt's verdict v, with
 // the policy's decision d (nil without a policy).
 func (l *loop) noteGiveUp(v classify.Verdict, d *policy.Decision) {
-	l.gaveUp = classifyGiveUp(v, d != nil && l.pol != nil && l.pol.RelaunchBudgetSpent(d.State))
+	l.gaveUp = l.retryVerdict(classifyGiveUp(v, d != nil && l.pol != nil && l.pol.RelaunchBudgetSpent(d.State))) // budgets.go
 }
 
 // exitCodesMode is the run's exit-status mode: --exit-codes, else the

@@ -241,7 +241,11 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		}
 		if sc := slurmenv.FromEnv(l.pjob.Env); sc.InSlurm() {
 			hs.add(slurmMemHook{l})
+			if l.pol.Slurm().ExcludeFailedNodes > 0 {
+				hs.add(slurmNodeHook{l}) // slurm.exclude_failed_nodes (slurmnode.go)
+			}
 		}
+		hs.add(budgetHook{l}) // preemptions counted apart (budgets.go)
 		if l.memoOn() {
 			hs.add(memoHook{l})
 		}

@@ -106,17 +106,13 @@ func (l *loop) resolveRunDir(status *Status) int {
 	}
 	how := "budgets carried over (Slurm requeue)"
 	if explicit {
-		// A person chose to continue: the relaunch budgets start afresh;
-		// the settings and each rule's position are kept. A requeue by Slurm
-		// keeps its counters, so a failure that recurs cannot loop for ever.
-		l.state.Policies.Relaunches, l.state.Policies.ByKind, l.state.Policies.NoProgress = 0, nil, 0
-		how = "relaunch budgets start afresh"
+		how = l.resumeBudgets(st, slurmenv.FromEnv(l.pjob.Env).Restarts() > 0) // budgets.go
 	}
 	with := describeValues(l.state.Policies.Values)
 	if with == "" {
 		with = "no knobs"
 	}
-	status.Printf("resuming run %s at attempt %d with %s (%s)", l.cfg.ResumeRun, st.Attempt+1, with, how)
+	status.Printf("resuming run %s at attempt %d with %s (%s)%s", l.cfg.ResumeRun, st.Attempt+1, with, how, carriedText(l.state.Restarts))
 	return 0
 }
 

@@ -341,6 +341,7 @@ func (l *loop) endForRequeue(n int, sig syscall.Signal, row attemptRow, code int
 		Attempt: n, Verb: "requeue", Signal: name, Reason: reason, Knobs: rundir.Knobs(l.state.Policies.Values),
 	})
 	l.job.Status.Printf("attempt %d ended (exit status %d) after %s: not relaunching here, the job is requeued", n, code, name)
+	l.countPreempted(n, sig) // budgets.go
 	return l.end(code)
 }
 

@@ -42,9 +42,16 @@ type slurmCase struct {
 // scontrolMode "" answers success, "none" leaves scontrol out of PATH.
 func startInSlurm(t *testing.T, policyText, scontrolMode string, slurmEnv []string, argv ...string) *slurmCase {
 	t.Helper()
-	c := &slurmCase{dir: t.TempDir()}
+	return startInSlurmDir(t, t.TempDir(), policyText, scontrolMode, slurmEnv, argv...)
+}
+
+// startInSlurmDir is startInSlurm in the working directory dir, which an
+// earlier run (of the same job, before a requeue) may have used.
+func startInSlurmDir(t *testing.T, dir, policyText, scontrolMode string, slurmEnv []string, argv ...string) *slurmCase {
+	t.Helper()
+	c := &slurmCase{dir: dir}
 	bin := filepath.Join(c.dir, "bin")
-	if err := os.Mkdir(bin, 0o755); err != nil {
+	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	c.log = filepath.Join(c.dir, "scontrol.log")

@@ -150,7 +150,7 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 
 // requeueScript runs `scontrol requeue JOB` ($0 is scontrol, $1 the job)
 // and then, at once and in the same process, `scontrol update JobId=JOB
-// FIELD=MiB` ($2): Slurm signals every process of the job it has just
+// FIELD=VALUE` ($2): Slurm signals every process of the job it has just
 // requeued, and under `gpuguard run` without exec it kills the whole batch
 // step as soon as the batch shell dies, so the update must not wait for
 // gpuguard. SIGTERM, SIGINT and SIGHUP are ignored, as an ignored signal
@@ -160,11 +160,17 @@ const requeueScript = `trap "" TERM INT HUP
 exec "$0" update "JobId=$1" "$2"`
 
 // requeueAndRaise requeues job id and raises its memory request (field,
-// MinMemoryNode or MinMemoryCPU, to mib MiB). It returns the requeue's
-// result (requeueJob's), and, when the job was requeued, the update's
-// command, output, and error (Slurm refused, or did not answer).
+// MinMemoryNode or MinMemoryCPU, to mib MiB). It returns requeueAndUpdate's
+// results.
 func requeueAndRaise(env []string, id, field string, mib int64) (requeueResult, string, string, error) {
-	value := field + "=" + strconv.FormatInt(mib, 10)
+	return requeueAndUpdate(env, id, field+"="+strconv.FormatInt(mib, 10))
+}
+
+// requeueAndUpdate requeues job id and sets value (FIELD=VALUE) on it while
+// it is pending. It returns the requeue's result (requeueJob's), and, when
+// the job was requeued, the update's command, output, and error (Slurm
+// refused, or did not answer).
+func requeueAndUpdate(env []string, id, value string) (requeueResult, string, string, error) {
 	update := "scontrol update JobId=" + id + " " + value
 	r := requeueResult{command: "scontrol requeue " + id}
 	path, err := lookScontrol(env)

@@ -16,6 +16,12 @@ type Context struct {
 	JobName  string `json:"job_name,omitempty"` // SLURM_JOB_NAME
 	StepID   string `json:"step_id,omitempty"`  // SLURM_STEP_ID (SLURM_STEPID): absent in the batch script itself
 	NodeList string `json:"node_list,omitempty"`
+	// Node is SLURMD_NODENAME: the node this process runs on, as Slurm
+	// names it (what ExcNodeList takes).
+	Node string `json:"node,omitempty"`
+	// NNodes is SLURM_JOB_NUM_NODES (SLURM_NNODES): the nodes of the job's
+	// allocation; 0 when unset.
+	NNodes int `json:"nnodes,omitempty"`
 	// NTasks is SLURM_NTASKS (SLURM_NPROCS on old versions): the tasks of
 	// the step, or of the job in its batch script; 0 when unset.
 	NTasks int `json:"ntasks,omitempty"`
@@ -139,6 +145,8 @@ func FromEnv(env []string) Context {
 		JobName:      get("SLURM_JOB_NAME"),
 		StepID:       get("SLURM_STEP_ID", "SLURM_STEPID"),
 		NodeList:     get("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+		Node:         get("SLURMD_NODENAME"),
+		NNodes:       derefOr(num("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), 0),
 		ProcID:       num("SLURM_PROCID"),
 		NTasks:       derefOr(num("SLURM_NTASKS", "SLURM_NPROCS"), 0),
 		LocalID:      num("SLURM_LOCALID"),
@@ -175,4 +183,13 @@ func (s Context) RunID() string {
 		id += "-task" + strconv.Itoa(*s.ProcID)
 	}
 	return id
+}
+
+// RequeueID is what `scontrol requeue` and `scontrol update JobId=` take:
+// the job id, or ARRAYJOB_TASK for an array task; "" outside Slurm.
+func (s Context) RequeueID() string {
+	if s.ArrayJobID != "" && s.ArrayTaskID != "" {
+		return s.ArrayJobID + "_" + s.ArrayTaskID
+	}
+	return s.JobID
 }

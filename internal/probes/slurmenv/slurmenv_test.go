@@ -10,11 +10,12 @@ func TestSlurmFromEnv(t *testing.T) {
 	env := []string{
 		"HOME=/root", "SLURM_JOB_ID=4242", "SLURM_JOB_NAME=train", "SLURM_STEP_ID=0", "SLURM_PROCID=3", "SLURM_LOCALID=1",
 		"SLURM_JOB_NODELIST=gpu[01-02]", "SLURM_ARRAY_JOB_ID=4240", "SLURM_ARRAY_TASK_ID=2", "SLURM_STEP_GPUS=0,1",
-		"SLURM_RESTART_COUNT=2",
+		"SLURM_RESTART_COUNT=2", "SLURMD_NODENAME=gpu02", "SLURM_JOB_NUM_NODES=2",
 	}
 	s := FromEnv(env)
 	if !s.InSlurm() || s.JobID != "4242" || s.StepID != "0" || *s.ProcID != 3 || *s.LocalID != 1 || s.Restarts() != 2 ||
-		s.NodeList != "gpu[01-02]" || s.ArrayJobID != "4240" || s.ArrayTaskID != "2" || s.GPUs != "0,1" {
+		s.NodeList != "gpu[01-02]" || s.ArrayJobID != "4240" || s.ArrayTaskID != "2" || s.GPUs != "0,1" ||
+		s.Node != "gpu02" || s.NNodes != 2 || s.RequeueID() != "4240_2" {
 		t.Errorf("%+v", s)
 	}
 	want := "job 4242 step 0, name train, array 4240_2, rank 3, restart 2, nodes gpu[01-02], gpus 0,1"
@@ -24,7 +25,7 @@ func TestSlurmFromEnv(t *testing.T) {
 
 	// First run of a batch script: no restart count, no step, old names.
 	s = FromEnv([]string{"SLURM_JOBID=7", "SLURM_NODELIST=n1", "SLURM_PROCID=x"})
-	if s.JobID != "7" || s.NodeList != "n1" || s.RestartCount != nil || s.Restarts() != 0 || s.ProcID != nil || s.StepID != "" {
+	if s.JobID != "7" || s.NodeList != "n1" || s.Node != "" || s.NNodes != 0 || s.RequeueID() != "7" || s.RestartCount != nil || s.Restarts() != 0 || s.ProcID != nil || s.StepID != "" {
 		t.Errorf("%+v", s)
 	}
 	if s.String() != "job 7, restart 0, nodes n1" {

@@ -34,6 +34,8 @@ type RunState[P any] struct {
 	// History is what each attempt died of and how high its memory went,
 	// so that a person (or the next decision) sees the peaks.
 	History []AttemptState `json:"history,omitempty"`
+	// Restarts: the tallies of the restarts from outside (restarts.go).
+	Restarts Restarts `json:"restarts,omitzero"`
 }
 
 // SafeArgv is the command in state.json. It is written with its secrets
