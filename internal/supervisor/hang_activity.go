@@ -46,6 +46,14 @@ const (
 	idleIOPerSecond = 64 << 10
 	// gpuMemMoved: GPU memory that moved by more than this is GPU work.
 	gpuMemMoved = 64 << 20
+	// gpuKernelPct: a GPU on which a kernel ran at least this share of
+	// NVML's sample period is busy (an idle one reads 0%).
+	gpuKernelPct = 10
+	// gpuMemActivePct: a GPU whose memory was read or written at least
+	// this share of the period is working on data; a kernel that runs
+	// with its memory still (below this) spins: NCCL's kernel waiting for
+	// a peer reads 100% and 0%.
+	gpuMemActivePct = 5
 )
 
 // activityWindow is how long the tree is watched once the rhythm's limit
@@ -77,6 +85,8 @@ type activityWatch struct {
 	procs   []procfs.Proc
 	workers map[actKey]bool // loader workers seen alive in this attempt
 	known   map[actKey]bool // processes already looked at
+	ras     string          // ncclras to ask when a hang is suspected ("": none)
+	where   string          // this gpuguard's place in its group ("": none)
 }
 
 func newActivityWatch(g gpu.Probe, now func() time.Time) *activityWatch {
@@ -195,6 +205,22 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		act.GPUMemDeltaBytes = &moved
 		gpuBusy = moved > gpuMemMoved
 	}
+	// Utilisation: the highest of the job's GPUs at either reading.
+	for _, ss := range [][]gpu.Sample{s0.gpu, s1.gpu} {
+		for _, g := range ss {
+			if !g.UtilKnown || g.Lost {
+				continue
+			}
+			if act.GPUUtilPct == nil {
+				act.GPUUtilPct, act.GPUMemUtilPct = new(uint32), new(uint32)
+			}
+			*act.GPUUtilPct = max(*act.GPUUtilPct, g.GPUUtilPct)
+			*act.GPUMemUtilPct = max(*act.GPUMemUtilPct, g.MemUtilPct)
+		}
+	}
+	gpuKernel := act.GPUUtilPct != nil && *act.GPUUtilPct >= gpuKernelPct
+	gpuSpin := gpuKernel && *act.GPUMemUtilPct < gpuMemActivePct && !gpuBusy
+	gpuBusy = gpuBusy || gpuKernel
 
 	// The loader workers: those seen alive, and zombies that are a
 	// worker's child of its parent's name.
@@ -227,6 +253,9 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	if act.GPUMemDeltaBytes != nil {
 		figures += ", GPU memory moved " + humanize.Bytes(*act.GPUMemDeltaBytes)
 	}
+	if act.GPUUtilPct != nil {
+		figures += fmt.Sprintf(", GPU %d%% (memory %d%%)", *act.GPUUtilPct, *act.GPUMemUtilPct)
+	}
 	figures += fmt.Sprintf(" over %s in %d %s", fmtSeconds(act.WindowS), act.Processes, plural(act.Processes, "process", "processes"))
 	idleIO := float64(act.IOBytes) < idleIOPerSecond*window.Seconds()
 	idle := act.CPUS < idleCPUShare*window.Seconds() && idleIO && !gpuBusy
@@ -237,6 +266,11 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	case idle:
 		act.Verdict = "idle"
 		act.Detail = "idle: " + figures
+	case gpuSpin && idleIO:
+		// A kernel runs, nothing it reads or writes moves, no I/O: a
+		// kernel that waits, as NCCL's for a peer in a collective.
+		act.Verdict = "spinning"
+		act.Detail = fmt.Sprintf("spinning: the GPU runs a kernel (%d%%) with its memory still (%d%%) and no I/O, as a collective waiting for a peer: %s", *act.GPUUtilPct, *act.GPUMemUtilPct, figures)
 	case len(act.Busy) > 0 && len(blockedPeers) > 0 && idleIO && !gpuBusy:
 		act.Verdict = "spinning"
 		act.Detail = fmt.Sprintf("spinning: pid %d busy (%.2f CPU s) while pid %d (%s) is blocked: %s", busiest, float64(busiestTicks)/procfs.ClockTicks, blockedPeers[0], comm[blockedPeers[0]], figures)
@@ -252,8 +286,12 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 func idleVerdict(v string) bool { return v == "idle" || v == "dataloader" }
 
 // waitStacks matches py-spy stacks of a process that waits on a peer: in a
-// collective, or on a lock or a queue.
-var waitStacks = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|\bwait|acquire|recv`)
+// collective, or on a lock or a queue; collectiveStacks those in a
+// collective (NCCL, torch.distributed).
+var (
+	waitStacks       = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|all_?to_?all|\bwait|acquire|recv`)
+	collectiveStacks = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|all_?to_?all|distributed_c10d`)
+)
 
 func plural(n int, one, many string) string {
 	if n == 1 {
