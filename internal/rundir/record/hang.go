@@ -57,8 +57,8 @@ type HangActivity struct {
 	// asked during the window; NCCLRASError: why it gave none.
 	NCCLRAS      string `json:"nccl_ras,omitempty"`
 	NCCLRASError string `json:"nccl_ras_error,omitempty"`
-	Busy             []int   `json:"busy,omitempty"`    // pids that used CPU
-	Blocked          []int   `json:"blocked,omitempty"` // pids that used none
+	Busy         []int  `json:"busy,omitempty"`    // pids that used CPU
+	Blocked      []int  `json:"blocked,omitempty"` // pids that used none
 	// Workers: the loader workers seen in this attempt; WorkersDead: those
 	// gone or zombies now.
 	Workers     int `json:"workers,omitempty"`
