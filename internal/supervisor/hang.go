@@ -275,35 +275,7 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 			continue
 		}
 		v := judge(s0, act.snap(a), act.workers)
-		stacks, stacksErr := "", ""
-		confirmed := false // the spin is a wait on a peer: stop at the limit
-		if v.Verdict == "spinning" {
-			pid := a.PID()
-			if len(v.Busy) > 0 {
-				pid = v.Busy[0]
-			}
-			if stacks, stacksErr = pyspyDump(pid); stacks != "" && waitStacks.MatchString(stacks) {
-				confirmed = true
-				if m := collectiveStacks.FindString(stacks); m != "" {
-					v.Detail = inCollective(v.Detail) + "; its stacks are in a collective (py-spy: " + m + ")"
-				} else {
-					v.Detail += "; its stacks are in a wait (py-spy)"
-				}
-			} else {
-				stacks = ""
-			}
-		}
-		var report string
-		if r, ok := ras.wait(a.Done()); ok {
-			report = r.report
-			if r.note(&v) {
-				v.Detail = inCollective(v.Detail)
-				confirmed = true
-			}
-		}
-		if v.Verdict == "spinning" && act.where != "" {
-			v.Detail += "; " + act.where
-		}
+		confirmed, stacks, stacksErr, report := confirmSpin(a, &v, ras, act.where)
 		hardAt := last.Add(w.h.Max)
 		if !idleVerdict(v.Verdict) && !confirmed && w.now().Before(hardAt) {
 			// Silent but working (or spinning without stacks to show the
@@ -330,6 +302,41 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 		l.stopHung(n, a, w, v, confirmed, stacks, stacksErr, report)
 		return
 	}
+}
+
+// confirmSpin looks for the evidence that a spin is a wait on a peer:
+// py-spy's stacks of its busiest process in a wait or a collective, and
+// NCCL's RAS (ras, started with the window; nil: none) reporting a rank
+// missing. It adds what it found to v, and where is this node's place in
+// its group. confirmed: the spin is a hang.
+func confirmSpin(a process, v *record.HangActivity, ras *rasProbe, where string) (confirmed bool, stacks, stacksErr, report string) {
+	if v.Verdict == "spinning" {
+		pid := a.PID()
+		if len(v.Busy) > 0 {
+			pid = v.Busy[0]
+		}
+		if stacks, stacksErr = pyspyDump(pid); stacks != "" && waitStacks.MatchString(stacks) {
+			confirmed = true
+			if m := collectiveStacks.FindString(stacks); m != "" {
+				v.Detail = inCollective(v.Detail) + "; its stacks are in a collective (py-spy: " + m + ")"
+			} else {
+				v.Detail += "; its stacks are in a wait (py-spy)"
+			}
+		} else {
+			stacks = ""
+		}
+	}
+	if r, ok := ras.wait(a.Done()); ok {
+		report = r.report
+		if r.note(v) {
+			v.Detail = inCollective(v.Detail)
+			confirmed = true
+		}
+	}
+	if v.Verdict == "spinning" && where != "" {
+		v.Detail += "; " + where
+	}
+	return confirmed, stacks, stacksErr, report
 }
 
 // stopHung journals the evidence of a hang and stops the attempt.

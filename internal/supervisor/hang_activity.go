@@ -192,35 +192,7 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		}
 	}
 	act.CPUS = float64(ticks) / procfs.ClockTicks
-	gpuBusy := false
-	if s0.gpu != nil && s1.gpu != nil {
-		var moved uint64
-		for _, g1 := range s1.gpu {
-			for _, g0 := range s0.gpu {
-				if g0.ID == g1.ID && !g0.Lost && !g1.Lost {
-					moved += max(g1.UsedBytes, g0.UsedBytes) - min(g1.UsedBytes, g0.UsedBytes)
-				}
-			}
-		}
-		act.GPUMemDeltaBytes = &moved
-		gpuBusy = moved > gpuMemMoved
-	}
-	// Utilisation: the highest of the job's GPUs at either reading.
-	for _, ss := range [][]gpu.Sample{s0.gpu, s1.gpu} {
-		for _, g := range ss {
-			if !g.UtilKnown || g.Lost {
-				continue
-			}
-			if act.GPUUtilPct == nil {
-				act.GPUUtilPct, act.GPUMemUtilPct = new(uint32), new(uint32)
-			}
-			*act.GPUUtilPct = max(*act.GPUUtilPct, g.GPUUtilPct)
-			*act.GPUMemUtilPct = max(*act.GPUMemUtilPct, g.MemUtilPct)
-		}
-	}
-	gpuKernel := act.GPUUtilPct != nil && *act.GPUUtilPct >= gpuKernelPct
-	gpuSpin := gpuKernel && *act.GPUMemUtilPct < gpuMemActivePct && !gpuBusy
-	gpuBusy = gpuBusy || gpuKernel
+	gpuBusy, gpuSpin := judgeGPU(s0.gpu, s1.gpu, &act)
 
 	// The loader workers: those seen alive, and zombies that are a
 	// worker's child of its parent's name.
@@ -279,6 +251,41 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		act.Detail = "silent but working: " + figures
 	}
 	return act
+}
+
+// judgeGPU fills act's GPU figures from the two readings of the job's
+// GPUs: busy when their memory moved or a kernel ran; spin when a kernel
+// ran with the memory still (no movement, no memory activity).
+func judgeGPU(g0s, g1s []gpu.Sample, act *record.HangActivity) (busy, spin bool) {
+	memMoved := false
+	if g0s != nil && g1s != nil {
+		var moved uint64
+		for _, g1 := range g1s {
+			for _, g0 := range g0s {
+				if g0.ID == g1.ID && !g0.Lost && !g1.Lost {
+					moved += max(g1.UsedBytes, g0.UsedBytes) - min(g1.UsedBytes, g0.UsedBytes)
+				}
+			}
+		}
+		act.GPUMemDeltaBytes = &moved
+		memMoved = moved > gpuMemMoved
+	}
+	// Utilisation: the highest of the job's GPUs at either reading.
+	for _, ss := range [][]gpu.Sample{g0s, g1s} {
+		for _, g := range ss {
+			if !g.UtilKnown || g.Lost {
+				continue
+			}
+			if act.GPUUtilPct == nil {
+				act.GPUUtilPct, act.GPUMemUtilPct = new(uint32), new(uint32)
+			}
+			*act.GPUUtilPct = max(*act.GPUUtilPct, g.GPUUtilPct)
+			*act.GPUMemUtilPct = max(*act.GPUMemUtilPct, g.MemUtilPct)
+		}
+	}
+	gpuKernel := act.GPUUtilPct != nil && *act.GPUUtilPct >= gpuKernelPct
+	spin = gpuKernel && *act.GPUMemUtilPct < gpuMemActivePct && !memMoved
+	return memMoved || gpuKernel, spin
 }
 
 // idleVerdict says whether a verdict confirms the hang at the rhythm's

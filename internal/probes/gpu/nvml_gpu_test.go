@@ -435,3 +435,33 @@ func TestRealNVML(t *testing.T) {
 			humanize.Bytes(s.UsedBytes), humanize.Bytes(s.TotalBytes), s.UtilKnown, s.GPUUtilPct, s.MemUtilPct)
 	}
 }
+
+// BenchmarkRealNVMLSample is what one sample of the job's GPUs costs
+// through the machine's driver (memory, utilisation, the process list), and
+// the utilisation call alone: the hang watchdog's GPU signal. It skips
+// where NVML cannot be initialised.
+//
+//	go test -run '^$' -bench RealNVML ./internal/probes/gpu/
+func BenchmarkRealNVMLSample(b *testing.B) {
+	g := Open(os.Environ(), zap.NewNop())
+	defer g.Close()
+	if ok, why := g.Available(); !ok || len(g.Devices()) == 0 {
+		b.Skipf("no usable NVML GPU here: %s", why)
+	}
+	pids := []int{os.Getpid()}
+	b.Run("sample", func(b *testing.B) {
+		for range b.N {
+			if _, err := g.Sample(context.Background(), pids); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("utilization", func(b *testing.B) {
+		n := g.(*nvmlGPU)
+		d := &n.all[n.selected[0]]
+		for range b.N {
+			var s Sample
+			n.utilization(d, &s)
+		}
+	})
+}
