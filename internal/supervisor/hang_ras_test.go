@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/group"
+	"github.com/gpuguard/gpuguard/internal/probes/gpu"
+	"github.com/gpuguard/gpuguard/internal/probes/procfs"
 	"github.com/gpuguard/gpuguard/internal/rundir/record"
 )
 
@@ -170,5 +173,52 @@ func TestRunNCCLRAS(t *testing.T) {
 	var p *rasProbe
 	if _, ok := p.wait(nil); ok {
 		t.Error("nil probe answered")
+	}
+}
+
+// A GPU spin (a kernel running, memory still, no CPU busy) is confirmed
+// as a collective's by RAS reporting a rank missing, and named with this
+// node's place in its group; a healthy report leaves it a suspicion.
+func TestConfirmSpinOnTheGPU(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no py-spy
+	gpuSpin := func() activitySnap {
+		return activitySnap{at: time.Unix(1000, 0), root: 10,
+			procs: []procfs.Activity{{PID: 10, Start: 5, State: 'S', Comm: "python3", CPUTicks: 100, IOKnown: true}},
+			gpu:   []gpu.Sample{{ID: "gpu0", UsedBytes: 70 << 30, UtilKnown: true, GPUUtilPct: 100}}}
+	}
+	s0, s1 := gpuSpin(), gpuSpin()
+	s1.at = s1.at.Add(time.Second)
+	where := groupWhere(group.Spec{Rank: 1, Size: 2, Host: "n1"}, true)
+	for _, tc := range []struct {
+		name, report string
+		confirmed    bool
+		detail       []string
+	}{
+		{"a rank missing", rasIncomplete, true, []string{
+			"spinning in a collective: the GPU runs a kernel (100%) with its memory still (0%)",
+			"; NCCL RAS: group 0 (1 communicator of 32 ranks): RUNNING INCOMPLETE;", "The missing rank: 21",
+			"; this node: group rank 1 of 2 on host n1"}},
+		{"healthy", rasHealthy, false, []string{"spinning: the GPU runs a kernel", "RUNNING OK"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(s0, s1, nil)
+			if v.Verdict != "spinning" || len(v.Busy) != 0 {
+				t.Fatalf("verdict %s (busy %v): %s", v.Verdict, v.Busy, v.Detail)
+			}
+			report := filepath.Join(t.TempDir(), "report")
+			if err := os.WriteFile(report, []byte(tc.report), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := &fakeProc{done: make(chan struct{})}
+			confirmed, stacks, _, got := confirmSpin(p, &v, startNCCLRAS(fakeRAS(t, "exec /bin/cat "+report)), where)
+			if confirmed != tc.confirmed || stacks != "" || got != tc.report {
+				t.Errorf("confirmed %v, stacks %q, report kept %v", confirmed, stacks, got == tc.report)
+			}
+			for _, d := range tc.detail {
+				if !strings.Contains(v.Detail, d) {
+					t.Errorf("detail %q lacks %q", v.Detail, d)
+				}
+			}
+		})
 	}
 }
