@@ -19,16 +19,18 @@ import (
 // it or not:
 //
 //   - idle: the tree used (almost) no CPU, read and wrote (almost) nothing,
-//     and its GPUs' memory did not move: hung, stopped at once;
+//     its GPUs' memory did not move and no kernel ran: hung, stopped at once;
 //   - dataloader: idle, and the main process has loader workers that are
 //     dead (gone, or zombies) or idle: hung, and the verdict says so;
-//   - working: busy (CPU, I/O or GPU memory moving): silent but working,
-//     left to run until hang max;
-//   - spinning: busy, but a process spins while another of the tree (not
-//     its root, not a loader worker) is blocked, with no I/O: a wait on a
-//     peer, as a rank in a collective whose peer is gone, or a lock. It
-//     gets hang max like work, unless py-spy's stacks of the busy process
-//     show a collective or a lock wait: then it is stopped at once.
+//   - working: busy (CPU, I/O, GPU memory moving, GPU kernels running):
+//     silent but working, left to run until hang max;
+//   - spinning: busy, with no I/O, and either a GPU runs a kernel with its
+//     memory still (NCCL's kernel waiting for a peer), or a process spins
+//     while another of the tree (not its root, not a loader worker) is
+//     blocked: a wait on a peer, as a rank in a collective whose peer is
+//     gone, or a lock. It gets hang max like work, unless py-spy's stacks
+//     show a collective or a lock wait, or NCCL's RAS a rank missing
+//     (confirmSpin, hang.go): then it is stopped at once.
 //
 // Every figure is from two readings a window apart (activityWindow).
 
