@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/group"
 	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
@@ -237,8 +239,13 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 			}
 			continue
 		}
-		// The rhythm's limit passed: watch the tree over a window.
+		// The rhythm's limit passed: watch the tree over a window, and
+		// ask NCCL's RAS meanwhile (once per silence).
 		s0 := act.snap(a)
+		var ras *rasProbe
+		if noted == "" {
+			ras = startNCCLRAS(act.ras)
+		}
 		timer.Reset(activityWindow(limit))
 		progressed := false
 	window:
@@ -254,24 +261,23 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 			case <-tick.C:
 				act.track(a)
 			case <-a.Done():
+				if ras != nil {
+					ras.cancel()
+				}
 				return
 			}
 		}
 		if progressed {
 			timer.Stop()
+			if ras != nil {
+				ras.cancel()
+			}
 			continue
 		}
 		v := judge(s0, act.snap(a), act.workers)
-		stacks, stacksErr := "", ""
-		if v.Verdict == "spinning" && len(v.Busy) > 0 {
-			if stacks, stacksErr = pyspyDump(v.Busy[0]); stacks != "" && waitStacks.MatchString(stacks) {
-				v.Detail += "; its stacks are in a wait (py-spy)"
-			} else {
-				stacks = ""
-			}
-		}
+		confirmed, stacks, stacksErr, report := confirmSpin(a, &v, ras, act.where)
 		hardAt := last.Add(w.h.Max)
-		if !idleVerdict(v.Verdict) && stacks == "" && w.now().Before(hardAt) {
+		if !idleVerdict(v.Verdict) && !confirmed && w.now().Before(hardAt) {
 			// Silent but working (or spinning without stacks to show the
 			// wait): it gets hang max; look again after another limit.
 			if noted != v.Verdict {
@@ -293,13 +299,50 @@ func (l *loop) watchStall(n int, a process, w *stallWatch, act *activityWatch) {
 			return // it ended as the limit passed: not a hang
 		default:
 		}
-		l.stopHung(n, a, w, v, stacks, stacksErr)
+		l.stopHung(n, a, w, v, confirmed, stacks, stacksErr, report)
 		return
 	}
 }
 
+// confirmSpin looks for the evidence that a spin is a wait on a peer:
+// py-spy's stacks of its busiest process in a wait or a collective, and
+// NCCL's RAS (ras, started with the window; nil: none) reporting a rank
+// missing. It adds what it found to v, and where is this node's place in
+// its group. confirmed: the spin is a hang.
+func confirmSpin(a process, v *record.HangActivity, ras *rasProbe, where string) (confirmed bool, stacks, stacksErr, report string) {
+	if v.Verdict == "spinning" {
+		pid := a.PID()
+		if len(v.Busy) > 0 {
+			pid = v.Busy[0]
+		}
+		if stacks, stacksErr = pyspyDump(pid); stacks != "" && waitStacks.MatchString(stacks) {
+			confirmed = true
+			if m := collectiveStacks.FindString(stacks); m != "" {
+				v.Detail = inCollective(v.Detail) + "; its stacks are in a collective (py-spy: " + m + ")"
+			} else {
+				v.Detail += "; its stacks are in a wait (py-spy)"
+			}
+		} else {
+			stacks = ""
+		}
+	}
+	if r, ok := ras.wait(a.Done()); ok {
+		report = r.report
+		if r.note(v) {
+			v.Detail = inCollective(v.Detail)
+			confirmed = true
+		}
+	}
+	if v.Verdict == "spinning" && where != "" {
+		v.Detail += "; " + where
+	}
+	return confirmed, stacks, stacksErr, report
+}
+
 // stopHung journals the evidence of a hang and stops the attempt.
-func (l *loop) stopHung(n int, a process, w *stallWatch, v record.HangActivity, stacks, stacksErr string) {
+// confirmed: the spin was shown to be a wait on a peer (stacks, NCCL's
+// RAS), so the rhythm's limit applied.
+func (l *loop) stopHung(n int, a process, w *stallWatch, v record.HangActivity, confirmed bool, stacks, stacksErr, rasReport string) {
 	ev := w.evidence(n)
 	last := "no training step"
 	if ev.Step != nil {
@@ -312,7 +355,7 @@ func (l *loop) stopHung(n int, a process, w *stallWatch, v record.HangActivity, 
 		rhythm = "usual interval " + fmtSeconds(ev.UsualS)
 	}
 	limit := ev.LimitS
-	if !idleVerdict(v.Verdict) && stacks == "" {
+	if !idleVerdict(v.Verdict) && !confirmed {
 		limit = w.h.Max.Seconds() // busy: it had hang max
 	}
 	l.job.Status.Printf("the job looks hung: %s for %s in %s (%s: limit %s); %s: stopping it",
@@ -320,7 +363,7 @@ func (l *loop) stopHung(n int, a process, w *stallWatch, v record.HangActivity, 
 	if stacks == "" && stacksErr == "" {
 		stacks, stacksErr = pyspyDump(a.PID())
 	}
-	ev.Stacks, ev.StacksError = stacks, stacksErr
+	ev.Stacks, ev.StacksError, ev.NCCLRASReport = stacks, stacksErr, rasReport
 	ev.Activity = &v
 	w.setStall(v)
 	l.job.RunDir.Write(ev)
@@ -375,6 +418,27 @@ func fmtSeconds(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
 }
 
+// inCollective names a spin for what it is: a wait in a collective.
+func inCollective(detail string) string {
+	if strings.HasPrefix(detail, "spinning in a collective") {
+		return detail
+	}
+	return strings.Replace(detail, "spinning:", "spinning in a collective:", 1)
+}
+
+// groupWhere is this gpuguard's place in its group, for a spin's verdict:
+// the other ranks of a collective are on the group's other nodes.
+func groupWhere(g group.Spec, inGroup bool) string {
+	if !inGroup {
+		return ""
+	}
+	host := g.Host
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	return fmt.Sprintf("this node: group rank %d of %d on host %s", g.Rank, g.Size, host)
+}
+
 // stallHook is the stall and hang watchdog (the policy's hang: section):
 // each attempt gets a stallWatch that follows its output, and watchStall
 // stops the attempt when it is hung.
@@ -383,11 +447,27 @@ type stallHook struct {
 	h   policy.Hang
 	cur *stallWatch // the attempt running
 	act *activityWatch
+	// where: this gpuguard's place in its group ("group rank 1 of 2 on
+	// host n1"; "" outside a group), named in a spin's verdict.
+	where string
+	// ras: NCCL's RAS client (ncclras) on PATH, looked up at the first
+	// attempt ("": none, said once in gpuguard.log).
+	ras      string
+	rasKnown bool
 }
 
 func (s *stallHook) attemptStarting(*attemptRun) {
 	s.cur = newStallWatch(s.h, time.Now)
 	s.act = newActivityWatch(s.l.gpu, time.Now)
+	if !s.rasKnown {
+		s.rasKnown = true
+		if bin, err := exec.LookPath("ncclras"); err == nil {
+			s.ras = bin
+		} else {
+			s.l.log.Info("NCCL's RAS client (ncclras, NCCL 2.24 and later) is not on PATH: the hang watchdog's evidence has no report of the job's NCCL communicators")
+		}
+	}
+	s.act.ras, s.act.where = s.ras, s.where
 }
 func (s *stallHook) line(_ *attemptRun, ln lines.Line)      { s.cur.line(ln) }
 func (s *stallHook) event(_ *attemptRun, ev classify.Event) { s.cur.event(ev) }

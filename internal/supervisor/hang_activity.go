@@ -19,16 +19,18 @@ import (
 // it or not:
 //
 //   - idle: the tree used (almost) no CPU, read and wrote (almost) nothing,
-//     and its GPUs' memory did not move: hung, stopped at once;
+//     its GPUs' memory did not move and no kernel ran: hung, stopped at once;
 //   - dataloader: idle, and the main process has loader workers that are
 //     dead (gone, or zombies) or idle: hung, and the verdict says so;
-//   - working: busy (CPU, I/O or GPU memory moving): silent but working,
-//     left to run until hang max;
-//   - spinning: busy, but a process spins while another of the tree (not
-//     its root, not a loader worker) is blocked, with no I/O: a wait on a
-//     peer, as a rank in a collective whose peer is gone, or a lock. It
-//     gets hang max like work, unless py-spy's stacks of the busy process
-//     show a collective or a lock wait: then it is stopped at once.
+//   - working: busy (CPU, I/O, GPU memory moving, GPU kernels running):
+//     silent but working, left to run until hang max;
+//   - spinning: busy, with no I/O, and either a GPU runs a kernel with its
+//     memory still (NCCL's kernel waiting for a peer), or a process spins
+//     while another of the tree (not its root, not a loader worker) is
+//     blocked: a wait on a peer, as a rank in a collective whose peer is
+//     gone, or a lock. It gets hang max like work, unless py-spy's stacks
+//     show a collective or a lock wait, or NCCL's RAS a rank missing
+//     (confirmSpin, hang.go): then it is stopped at once.
 //
 // Every figure is from two readings a window apart (activityWindow).
 
@@ -46,6 +48,14 @@ const (
 	idleIOPerSecond = 64 << 10
 	// gpuMemMoved: GPU memory that moved by more than this is GPU work.
 	gpuMemMoved = 64 << 20
+	// gpuKernelPct: a GPU on which a kernel ran at least this share of
+	// NVML's sample period is busy (an idle one reads 0%).
+	gpuKernelPct = 10
+	// gpuMemActivePct: a GPU whose memory was read or written at least
+	// this share of the period is working on data; a kernel that runs
+	// with its memory still (below this) spins: NCCL's kernel waiting for
+	// a peer reads 100% and 0%.
+	gpuMemActivePct = 5
 )
 
 // activityWindow is how long the tree is watched once the rhythm's limit
@@ -77,6 +87,8 @@ type activityWatch struct {
 	procs   []procfs.Proc
 	workers map[actKey]bool // loader workers seen alive in this attempt
 	known   map[actKey]bool // processes already looked at
+	ras     string          // ncclras to ask when a hang is suspected ("": none)
+	where   string          // this gpuguard's place in its group ("": none)
 }
 
 func newActivityWatch(g gpu.Probe, now func() time.Time) *activityWatch {
@@ -182,19 +194,7 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		}
 	}
 	act.CPUS = float64(ticks) / procfs.ClockTicks
-	gpuBusy := false
-	if s0.gpu != nil && s1.gpu != nil {
-		var moved uint64
-		for _, g1 := range s1.gpu {
-			for _, g0 := range s0.gpu {
-				if g0.ID == g1.ID && !g0.Lost && !g1.Lost {
-					moved += max(g1.UsedBytes, g0.UsedBytes) - min(g1.UsedBytes, g0.UsedBytes)
-				}
-			}
-		}
-		act.GPUMemDeltaBytes = &moved
-		gpuBusy = moved > gpuMemMoved
-	}
+	gpuBusy, gpuSpin := judgeGPU(s0.gpu, s1.gpu, &act)
 
 	// The loader workers: those seen alive, and zombies that are a
 	// worker's child of its parent's name.
@@ -227,6 +227,9 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	if act.GPUMemDeltaBytes != nil {
 		figures += ", GPU memory moved " + humanize.Bytes(*act.GPUMemDeltaBytes)
 	}
+	if act.GPUUtilPct != nil {
+		figures += fmt.Sprintf(", GPU %d%% (memory %d%%)", *act.GPUUtilPct, *act.GPUMemUtilPct)
+	}
 	figures += fmt.Sprintf(" over %s in %d %s", fmtSeconds(act.WindowS), act.Processes, plural(act.Processes, "process", "processes"))
 	idleIO := float64(act.IOBytes) < idleIOPerSecond*window.Seconds()
 	idle := act.CPUS < idleCPUShare*window.Seconds() && idleIO && !gpuBusy
@@ -237,6 +240,11 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	case idle:
 		act.Verdict = "idle"
 		act.Detail = "idle: " + figures
+	case gpuSpin && idleIO:
+		// A kernel runs, nothing it reads or writes moves, no I/O: a
+		// kernel that waits, as NCCL's for a peer in a collective.
+		act.Verdict = "spinning"
+		act.Detail = fmt.Sprintf("spinning: the GPU runs a kernel (%d%%) with its memory still (%d%%) and no I/O, as a collective waiting for a peer: %s", *act.GPUUtilPct, *act.GPUMemUtilPct, figures)
 	case len(act.Busy) > 0 && len(blockedPeers) > 0 && idleIO && !gpuBusy:
 		act.Verdict = "spinning"
 		act.Detail = fmt.Sprintf("spinning: pid %d busy (%.2f CPU s) while pid %d (%s) is blocked: %s", busiest, float64(busiestTicks)/procfs.ClockTicks, blockedPeers[0], comm[blockedPeers[0]], figures)
@@ -247,13 +255,52 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	return act
 }
 
+// judgeGPU fills act's GPU figures from the two readings of the job's
+// GPUs: busy when their memory moved or a kernel ran; spin when a kernel
+// ran with the memory still (no movement, no memory activity).
+func judgeGPU(g0s, g1s []gpu.Sample, act *record.HangActivity) (busy, spin bool) {
+	memMoved := false
+	if g0s != nil && g1s != nil {
+		var moved uint64
+		for _, g1 := range g1s {
+			for _, g0 := range g0s {
+				if g0.ID == g1.ID && !g0.Lost && !g1.Lost {
+					moved += max(g1.UsedBytes, g0.UsedBytes) - min(g1.UsedBytes, g0.UsedBytes)
+				}
+			}
+		}
+		act.GPUMemDeltaBytes = &moved
+		memMoved = moved > gpuMemMoved
+	}
+	// Utilisation: the highest of the job's GPUs at either reading.
+	for _, ss := range [][]gpu.Sample{g0s, g1s} {
+		for _, g := range ss {
+			if !g.UtilKnown || g.Lost {
+				continue
+			}
+			if act.GPUUtilPct == nil {
+				act.GPUUtilPct, act.GPUMemUtilPct = new(uint32), new(uint32)
+			}
+			*act.GPUUtilPct = max(*act.GPUUtilPct, g.GPUUtilPct)
+			*act.GPUMemUtilPct = max(*act.GPUMemUtilPct, g.MemUtilPct)
+		}
+	}
+	gpuKernel := act.GPUUtilPct != nil && *act.GPUUtilPct >= gpuKernelPct
+	spin = gpuKernel && *act.GPUMemUtilPct < gpuMemActivePct && !memMoved
+	return memMoved || gpuKernel, spin
+}
+
 // idleVerdict says whether a verdict confirms the hang at the rhythm's
 // limit: nothing in the tree moves.
 func idleVerdict(v string) bool { return v == "idle" || v == "dataloader" }
 
 // waitStacks matches py-spy stacks of a process that waits on a peer: in a
-// collective, or on a lock or a queue.
-var waitStacks = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|\bwait|acquire|recv`)
+// collective, or on a lock or a queue; collectiveStacks those in a
+// collective (NCCL, torch.distributed).
+var (
+	waitStacks       = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|all_?to_?all|\bwait|acquire|recv`)
+	collectiveStacks = regexp.MustCompile(`(?i)nccl|all_?reduce|all_?gather|reduce_scatter|broadcast|barrier|all_?to_?all|distributed_c10d`)
+)
 
 func plural(n int, one, many string) string {
 	if n == 1 {

@@ -24,6 +24,10 @@ func TestJudgeActivity(t *testing.T) {
 		return activitySnap{at: t0.Add(at), root: 10, procs: ps, gpu: g}
 	}
 	gpuUsed := func(used uint64) []gpu.Sample { return []gpu.Sample{{ID: "gpu0", UsedBytes: used}} }
+	gpuUtil := func(k, m uint32) []gpu.Sample {
+		return []gpu.Sample{{ID: "gpu0", UsedBytes: 1 << 30, UtilKnown: true, GPUUtilPct: k, MemUtilPct: m},
+			{ID: "gpu1", UsedBytes: 1 << 30, UtilKnown: false}}
+	}
 	for _, tc := range []struct {
 		name    string
 		s0, s1  activitySnap
@@ -41,6 +45,14 @@ func TestJudgeActivity(t *testing.T) {
 			"working", "GPU memory moved 2.00 GiB"},
 		{"GPU memory still", snap(0, gpuUsed(1<<30), main(100, 0, 'S')), snap(time.Second, gpuUsed(1<<30), main(100, 0, 'S')), nil,
 			"idle", "GPU memory moved 0 bytes"},
+		{"GPU kernels at work, no CPU", snap(0, gpuUtil(95, 40), main(100, 0, 'S')), snap(time.Second, gpuUtil(97, 38), main(100, 0, 'S')), nil,
+			"working", "silent but working: CPU 0.00s, I/O 0 bytes, GPU memory moved 0 bytes, GPU 97% (memory 40%) over 1s"},
+		{"a GPU kernel with its memory still: NCCL waiting", snap(0, gpuUtil(100, 0), main(100, 0, 'R')), snap(time.Second, gpuUtil(100, 0), main(199, 0, 'R')), nil,
+			"spinning", "spinning: the GPU runs a kernel (100%) with its memory still (0%) and no I/O, as a collective waiting for a peer: CPU 0.99s"},
+		{"a GPU kernel with its memory still, while writing a checkpoint", snap(0, gpuUtil(100, 0), main(100, 0, 'R')), snap(time.Second, gpuUtil(100, 0), main(150, 50<<20, 'R')), nil,
+			"working", "I/O 50.0 MiB"},
+		{"GPUs idle: 0%", snap(0, gpuUtil(0, 0), main(100, 0, 'S')), snap(time.Second, gpuUtil(3, 0), main(100, 0, 'S')), nil,
+			"idle", "GPU 3% (memory 0%)"},
 		{"a spin beside a blocked peer", snap(0, nil, main(100, 0, 'R'), child(11, "flock", 3, 'S')),
 			snap(time.Second, nil, main(180, 0, 'R'), child(11, "flock", 3, 'S')), nil,
 			"spinning", "spinning: pid 10 busy (0.80 CPU s) while pid 11 (flock) is blocked"},

@@ -237,7 +237,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		hs.add(ckptSaveHook{l})
 		hs.add(noRestartHook{})
 		if h, ok := l.pol.Hang(); ok {
-			hs.add(&stallHook{l: l, h: h})
+			hs.add(&stallHook{l: l, h: h, where: groupWhere(gspec, inGroup)})
 		}
 		if sc := slurmenv.FromEnv(l.pjob.Env); sc.InSlurm() {
 			hs.add(slurmMemHook{l})

@@ -75,6 +75,15 @@ type Sample struct {
 	// container with its own PID namespace). Use UsedBytes then.
 	JobBytes uint64 `json:"job_bytes,omitempty"`
 	JobKnown bool   `json:"job_known"`
+	// UtilKnown says whether NVML gave the device's utilisation rates
+	// (nvmlDeviceGetUtilizationRates; MIG devices and some products do
+	// not). GPUUtilPct is the percent of NVML's last sample period (1/6 s
+	// to 1 s, by product) in which a kernel ran on the device; MemUtilPct
+	// the percent in which its memory was read or written. A kernel that
+	// spins (NCCL waiting for a peer) counts as running.
+	UtilKnown  bool   `json:"util_known,omitempty"`
+	GPUUtilPct uint32 `json:"gpu_util_pct,omitempty"`
+	MemUtilPct uint32 `json:"mem_util_pct,omitempty"`
 	// Lost is set when the device did not answer (ERROR_GPU_IS_LOST and the
 	// like); the other fields are then zero.
 	Lost bool `json:"lost,omitempty"`

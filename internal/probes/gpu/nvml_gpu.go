@@ -354,6 +354,7 @@ func (g *nvmlGPU) sample(pids []int) ([]Sample, error) {
 			samples = append(samples, s)
 			continue
 		}
+		g.utilization(d, &s)
 		matched := g.attribute(d, pidset, &s)
 		if matched {
 			jobOn = append(jobOn, k)
@@ -438,6 +439,19 @@ func nvmlUsed(total, free uint64) uint64 {
 		return 0
 	}
 	return total - free
+}
+
+// utilization fills the device's utilisation rates of s, when NVML has
+// them; a device that has none (MIG, ERROR_NOT_SUPPORTED) is logged once.
+// A failure here is no lost device: memory answered.
+func (g *nvmlGPU) utilization(d *nvmlDev, s *Sample) {
+	u, ret := d.handle.GetUtilizationRates()
+	if ret != nvml.SUCCESS {
+		g.once(d.dev.ID+"/util", "NVML gives no utilisation rates for this device; the hang watchdog uses its memory figures only",
+			zap.String("device", d.dev.ID), zap.Error(fmt.Errorf("utilisation: %w", ret)))
+		return
+	}
+	s.UtilKnown, s.GPUUtilPct, s.MemUtilPct = true, min(u.Gpu, 100), min(u.Memory, 100)
 }
 
 // attribute fills the job's share of s from NVML's process list, and says

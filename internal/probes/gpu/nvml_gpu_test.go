@@ -80,6 +80,44 @@ func TestNVMLResolvesUUIDsAndSamples(t *testing.T) {
 	}
 }
 
+// TestNVMLUtilization: the samples carry NVML's utilisation rates (the
+// hang watchdog's GPU signal); a device without them (NOT_SUPPORTED) is
+// still measured, says so once in the log, and its rates read unknown.
+func TestNVMLUtilization(t *testing.T) {
+	srv := dgxa100.New()
+	nvmltest.Machine(srv, []uint64{30, 30}, nil)
+	nvmltest.Utilization(srv, 0, 100, 0) // a kernel spinning: NCCL waiting
+	srv.Devices[1].(*server.Device).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	g, err := FromNVML(srv, []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=0,1"}, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for i := 0; i < 2; i++ {
+		got, err := g.Sample(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || !got[0].UtilKnown || got[0].GPUUtilPct != 100 || got[0].MemUtilPct != 0 {
+			t.Fatalf("gpu0: %+v, want 100%% GPU, 0%% memory", got)
+		}
+		if got[1].UtilKnown || got[1].Lost || got[1].UsedBytes != 30*nvmltest.GiB {
+			t.Fatalf("gpu1: %+v, want memory measured, utilisation unknown", got[1])
+		}
+	}
+	if n := logs.FilterMessageSnippet("no utilisation rates").Len(); n != 1 {
+		t.Errorf("the missing rates were logged %d times over 2 samples, want once: %v", n, logs.All())
+	}
+	nvmltest.Utilization(srv, 0, 64, 41)
+	got, _ := g.Sample(context.Background(), nil)
+	if got[0].GPUUtilPct != 64 || got[0].MemUtilPct != 41 {
+		t.Errorf("gpu0 after a change: %+v", got[0])
+	}
+}
+
 func TestNVMLIndicesWithoutPCIOrderFollowTheJobsProcesses(t *testing.T) {
 	srv := dgxh100.New()
 	nvmltest.Machine(srv, []uint64{70, 0, 0, 0, 0, 0, 33, 0}, map[int][]nvml.ProcessInfo{
@@ -301,6 +339,8 @@ func migDevice(uuid string, gi, ci int, total, used uint64, procs []nvml.Process
 			return nvml.Memory_v2{Total: total, Free: total - used, Used: used}, nvml.SUCCESS
 		},
 		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return procs, nvml.SUCCESS },
+		// NVML has no utilisation rates of a MIG device.
+		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED },
 	}
 }
 
@@ -332,7 +372,7 @@ func TestNVMLMIGDevices(t *testing.T) {
 			t.Fatalf("%v: devices %+v", env, devs)
 		}
 		got, err := g.Sample(context.Background(), []int{31})
-		if err != nil || len(got) != 1 || got[0].UsedBytes != 1*nvmltest.GiB || got[0].TotalBytes != 20*nvmltest.GiB {
+		if err != nil || len(got) != 1 || got[0].UsedBytes != 1*nvmltest.GiB || got[0].TotalBytes != 20*nvmltest.GiB || got[0].UtilKnown {
 			t.Fatalf("%v: sample %+v %v", env, got, err)
 		}
 	}
@@ -386,6 +426,42 @@ func TestRealNVML(t *testing.T) {
 		if s.TotalBytes == 0 || s.UsedBytes > s.TotalBytes {
 			t.Errorf("sample %+v", s)
 		}
-		t.Logf("%s %s: %s used of %s", s.ID, s.UUID, humanize.Bytes(s.UsedBytes), humanize.Bytes(s.TotalBytes))
+		// The hang watchdog's GPU signal: a whole GPU has utilisation rates.
+		mig := strings.Contains(s.ID, ".mig")
+		if !mig && !s.UtilKnown || s.GPUUtilPct > 100 || s.MemUtilPct > 100 {
+			t.Errorf("utilisation of %s: %+v", s.ID, s)
+		}
+		t.Logf("%s %s: %s used of %s; utilisation known %v: GPU %d%%, memory %d%%", s.ID, s.UUID,
+			humanize.Bytes(s.UsedBytes), humanize.Bytes(s.TotalBytes), s.UtilKnown, s.GPUUtilPct, s.MemUtilPct)
 	}
+}
+
+// BenchmarkRealNVMLSample is what one sample of the job's GPUs costs
+// through the machine's driver (memory, utilisation, the process list), and
+// the utilisation call alone: the hang watchdog's GPU signal. It skips
+// where NVML cannot be initialised.
+//
+//	go test -run '^$' -bench RealNVML ./internal/probes/gpu/
+func BenchmarkRealNVMLSample(b *testing.B) {
+	g := Open(os.Environ(), zap.NewNop())
+	defer g.Close()
+	if ok, why := g.Available(); !ok || len(g.Devices()) == 0 {
+		b.Skipf("no usable NVML GPU here: %s", why)
+	}
+	pids := []int{os.Getpid()}
+	b.Run("sample", func(b *testing.B) {
+		for range b.N {
+			if _, err := g.Sample(context.Background(), pids); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("utilization", func(b *testing.B) {
+		n := g.(*nvmlGPU)
+		d := &n.all[n.selected[0]]
+		for range b.N {
+			var s Sample
+			n.utilization(d, &s)
+		}
+	})
 }

@@ -22,6 +22,9 @@ type Hang struct {
 	// on PATH; StacksError says why there is none when it failed.
 	Stacks      string `json:"stacks,omitempty"`
 	StacksError string `json:"stacks_error,omitempty"`
+	// NCCLRASReport: what NCCL's RAS client (ncclras) printed about the
+	// job's communicators, when it is on PATH (the summary is in Activity).
+	NCCLRASReport string `json:"nccl_ras_report,omitempty"`
 	// Activity: what the job's processes did while it was silent, the
 	// second signal the watchdog confirmed the hang with.
 	Activity *HangActivity `json:"activity,omitempty"`
@@ -45,8 +48,17 @@ type HangActivity struct {
 	// GPUMemDeltaBytes: how much the used memory of the job's GPUs moved
 	// over the window (absent without a GPU probe).
 	GPUMemDeltaBytes *uint64 `json:"gpu_mem_delta_bytes,omitempty"`
-	Busy             []int   `json:"busy,omitempty"`    // pids that used CPU
-	Blocked          []int   `json:"blocked,omitempty"` // pids that used none
+	// GPUUtilPct, GPUMemUtilPct: the highest utilisation NVML gave of the
+	// job's GPUs at the window's readings (kernels running, memory read or
+	// written; absent where NVML has none).
+	GPUUtilPct    *uint32 `json:"gpu_util_pct,omitempty"`
+	GPUMemUtilPct *uint32 `json:"gpu_mem_util_pct,omitempty"`
+	// NCCLRAS: the summary of NCCL's RAS client (ncclras) on this node,
+	// asked during the window; NCCLRASError: why it gave none.
+	NCCLRAS      string `json:"nccl_ras,omitempty"`
+	NCCLRASError string `json:"nccl_ras_error,omitempty"`
+	Busy         []int  `json:"busy,omitempty"`    // pids that used CPU
+	Blocked      []int  `json:"blocked,omitempty"` // pids that used none
 	// Workers: the loader workers seen in this attempt; WorkersDead: those
 	// gone or zombies now.
 	Workers     int `json:"workers,omitempty"`

@@ -15,6 +15,7 @@ type Fake struct {
 	mu      sync.Mutex
 	devs    []gpu.Device
 	used    map[string]uint64
+	util    map[string][2]uint32 // GPU and memory utilisation, in percent
 	lost    map[string]bool
 	samples chan struct{} // gets a value after each Sample, when not nil
 	calls   int
@@ -22,7 +23,7 @@ type Fake struct {
 }
 
 func NewFake(n int, total uint64) *Fake {
-	f := &Fake{used: map[string]uint64{}, lost: map[string]bool{}}
+	f := &Fake{used: map[string]uint64{}, util: map[string][2]uint32{}, lost: map[string]bool{}}
 	for i := 0; i < n; i++ {
 		id := "gpu" + string(rune('0'+i))
 		f.devs = append(f.devs, gpu.Device{ID: id, Index: i, UUID: "GPU-fake-" + id, TotalBytes: total, CUDAOrdinal: i})
@@ -33,6 +34,14 @@ func NewFake(n int, total uint64) *Fake {
 func (f *Fake) Set(id string, used uint64) {
 	f.mu.Lock()
 	f.used[id] = used
+	f.mu.Unlock()
+}
+
+// SetUtil sets device id's utilisation rates: the percent of time a
+// kernel ran (gpu) and memory was read or written (mem).
+func (f *Fake) SetUtil(id string, gpu, mem uint32) {
+	f.mu.Lock()
+	f.util[id] = [2]uint32{gpu, mem}
 	f.mu.Unlock()
 }
 
@@ -52,7 +61,8 @@ func (f *Fake) Sample(ctx context.Context, pids []int) ([]gpu.Sample, error) {
 			continue
 		}
 		out = append(out, gpu.Sample{ID: d.ID, UUID: d.UUID, UsedBytes: f.used[d.ID], TotalBytes: d.TotalBytes,
-			JobBytes: f.used[d.ID] / 2, JobKnown: true})
+			JobBytes: f.used[d.ID] / 2, JobKnown: true,
+			UtilKnown: true, GPUUtilPct: f.util[d.ID][0], MemUtilPct: f.util[d.ID][1]})
 	}
 	ch := f.samples
 	f.mu.Unlock()

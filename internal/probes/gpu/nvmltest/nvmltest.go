@@ -12,8 +12,10 @@ import (
 const GiB = uint64(1) << 30
 
 // Machine prepares a go-nvml mock server: device i uses used[i] GiB
-// (free = total - used), NVML's v2 memory call is there, and procs[i] lists
-// the processes NVML shows on device i.
+// (free = total - used), NVML's v2 memory call is there, procs[i] lists
+// the processes NVML shows on device i, and every device is idle (0%
+// utilisation; Utilization changes it: go-nvml's mock panics on a call
+// that its test did not set).
 func Machine(srv *server.Server, used []uint64, procs map[int][]nvml.ProcessInfo) {
 	for i, d := range srv.Devices {
 		d := d.(*server.Device)
@@ -30,5 +32,14 @@ func Machine(srv *server.Server, used []uint64, procs map[int][]nvml.ProcessInfo
 		}
 		list := procs[i]
 		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return list, nvml.SUCCESS }
+		Utilization(srv, i, 0, 0)
+	}
+}
+
+// Utilization sets device i's utilisation rates: the percent of time a
+// kernel ran (gpu) and memory was read or written (mem).
+func Utilization(srv *server.Server, i int, gpu, mem uint32) {
+	srv.Devices[i].(*server.Device).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		return nvml.Utilization{Gpu: gpu, Memory: mem}, nvml.SUCCESS
 	}
 }
