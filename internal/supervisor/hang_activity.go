@@ -37,12 +37,13 @@ import (
 // Thresholds of the activity verdict.
 const (
 	// idleCPUShare: a tree that used less than this share of one CPU over
-	// the window is idle (an idle PyTorch process still wakes its threads
-	// now and then).
+	// the window, counting the time its processes waited for one, is idle
+	// (an idle PyTorch process still wakes its threads now and then).
 	idleCPUShare = 0.05
-	// busyCPUShare: a process that used at least this share of one CPU is
-	// busy (as much as makes a tree not idle: on a loaded machine a spin
-	// gets little of a CPU); one that used no tick at all is blocked.
+	// busyCPUShare: a process that used or waited for at least this share
+	// of one CPU is busy (as much as makes a tree not idle: on a loaded
+	// machine a spin gets little of a CPU, but it waits for one all the
+	// while); one that used no tick and waited for none is blocked.
 	busyCPUShare = idleCPUShare
 	// idleIOPerSecond: less I/O than this per second is no progress.
 	idleIOPerSecond = 64 << 10
@@ -167,26 +168,32 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		comm[a.PID] = a.Comm
 	}
 	var ticks uint64
-	busyTicks := busyCPUShare * window.Seconds() * procfs.ClockTicks
+	var waitNs uint64
+	busyS := busyCPUShare * window.Seconds()
 	var blockedPeers []int
-	busiest, busiestTicks := 0, uint64(0)
+	busiest, busiestTicks, busiestS := 0, uint64(0), 0.0
 	for _, a := range s1.procs {
 		b, ok := before[actKey{a.PID, a.Start}]
 		if !ok || a.Zombie() {
 			continue // new in the window, or dead: no rate to read
 		}
 		d := a.CPUTicks - min(a.CPUTicks, b.CPUTicks)
+		w := a.RunQueueNs - min(a.RunQueueNs, b.RunQueueNs)
 		ticks += d
+		waitNs += w
 		if a.IOKnown && b.IOKnown {
 			act.IOBytes += a.IOBytes - min(a.IOBytes, b.IOBytes)
 		}
+		// What the process wanted of a CPU: what it got, and what it
+		// waited for while others ran.
+		wanted := float64(d)/procfs.ClockTicks + float64(w)/1e9
 		switch {
-		case float64(d) >= busyTicks:
+		case wanted >= busyS:
 			act.Busy = append(act.Busy, a.PID)
-			if d > busiestTicks {
-				busiest, busiestTicks = a.PID, d
+			if wanted > busiestS {
+				busiest, busiestTicks, busiestS = a.PID, d, wanted
 			}
-		case d == 0 && a.State != 'R':
+		case d == 0 && w == 0 && a.State != 'R':
 			act.Blocked = append(act.Blocked, a.PID)
 			if a.PID != s1.root && !workers[actKey{a.PID, a.Start}] && !strings.HasPrefix(a.Comm, "pt_data_worker") {
 				blockedPeers = append(blockedPeers, a.PID)
@@ -194,6 +201,7 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 		}
 	}
 	act.CPUS = float64(ticks) / procfs.ClockTicks
+	act.CPUWaitS = float64(waitNs) / 1e9
 	gpuBusy, gpuSpin := judgeGPU(s0.gpu, s1.gpu, &act)
 
 	// The loader workers: those seen alive, and zombies that are a
@@ -223,7 +231,11 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	act.Workers = len(counted)
 	act.WorkersDead = dead
 
-	figures := fmt.Sprintf("CPU %.2fs, I/O %s", act.CPUS, humanize.Bytes(act.IOBytes))
+	figures := fmt.Sprintf("CPU %.2fs", act.CPUS)
+	if act.CPUWaitS >= idleCPUShare*window.Seconds() {
+		figures += fmt.Sprintf(" (and %.2fs waiting for a CPU)", act.CPUWaitS)
+	}
+	figures += ", I/O " + humanize.Bytes(act.IOBytes)
 	if act.GPUMemDeltaBytes != nil {
 		figures += ", GPU memory moved " + humanize.Bytes(*act.GPUMemDeltaBytes)
 	}
@@ -232,7 +244,7 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	}
 	figures += fmt.Sprintf(" over %s in %d %s", fmtSeconds(act.WindowS), act.Processes, plural(act.Processes, "process", "processes"))
 	idleIO := float64(act.IOBytes) < idleIOPerSecond*window.Seconds()
-	idle := act.CPUS < idleCPUShare*window.Seconds() && idleIO && !gpuBusy
+	idle := act.CPUS+act.CPUWaitS < idleCPUShare*window.Seconds() && idleIO && !gpuBusy
 	switch {
 	case idle && act.Workers > 0 && dead+idleWorkers > 0:
 		act.Verdict = "dataloader"

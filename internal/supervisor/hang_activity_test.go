@@ -20,6 +20,7 @@ func TestJudgeActivity(t *testing.T) {
 	child := func(pid int, comm string, ticks uint64, state byte) procfs.Activity {
 		return procfs.Activity{PID: pid, PPID: 10, Start: 6, State: state, Comm: comm, CPUTicks: ticks, IOKnown: true}
 	}
+	withWait := func(a procfs.Activity, ns float64) procfs.Activity { a.RunQueueNs = uint64(ns); return a }
 	snap := func(at time.Duration, g []gpu.Sample, ps ...procfs.Activity) activitySnap {
 		return activitySnap{at: t0.Add(at), root: 10, procs: ps, gpu: g}
 	}
@@ -56,6 +57,14 @@ func TestJudgeActivity(t *testing.T) {
 		{"a spin beside a blocked peer", snap(0, nil, main(100, 0, 'R'), child(11, "flock", 3, 'S')),
 			snap(time.Second, nil, main(180, 0, 'R'), child(11, "flock", 3, 'S')), nil,
 			"spinning", "spinning: pid 10 busy (0.80 CPU s) while pid 11 (flock) is blocked"},
+		{"a spin starved of CPU on a busy machine, beside a blocked peer",
+			snap(0, nil, withWait(main(100, 0, 'R'), 0), child(11, "flock", 3, 'S')),
+			snap(time.Second, nil, withWait(main(103, 0, 'R'), 850e6), child(11, "flock", 3, 'S')), nil,
+			"spinning", "spinning: pid 10 busy (0.03 CPU s) while pid 11 (flock) is blocked: CPU 0.03s (and 0.85s waiting for a CPU), I/O 0 bytes"},
+		{"work starved of CPU is not idle", snap(0, nil, withWait(main(100, 0, 'R'), 1e9)), snap(time.Second, nil, withWait(main(102, 0, 'R'), 1.9e9)), nil,
+			"working", "silent but working: CPU 0.02s (and 0.90s waiting for a CPU), I/O 0 bytes over 1s in 1 process"},
+		{"a sleeper's short waits stay idle", snap(0, nil, withWait(main(100, 0, 'S'), 0)), snap(time.Second, nil, withWait(main(101, 0, 'S'), 20e6)), nil,
+			"idle", "idle: CPU 0.01s, I/O 0 bytes over 1s in 1 process"},
 		{"work beside idle loader workers", snap(0, nil, main(100, 0, 'R'), child(11, "pt_data_worker", 3, 'S')),
 			snap(time.Second, nil, main(180, 0, 'R'), child(11, "pt_data_worker", 3, 'S')), nil,
 			"working", "silent but working"},

@@ -10,8 +10,12 @@ import (
 // This file reads what a job's processes are doing, for the hang
 // watchdog's second signal: each process's CPU time (utime + stime of
 // /proc/PID/stat) and I/O (rchar + wchar of /proc/PID/io: every byte
-// through read and write, pipes and sockets included). The counters are
-// cumulative; the watchdog compares two readings a window apart.
+// through read and write, pipes and sockets included), and how long its
+// main thread waited for a CPU (/proc/PID/schedstat's run-queue time). The
+// counters are cumulative; the watchdog compares two readings a window
+// apart. The wait tells a process that wants a CPU on a busy machine from
+// one that sleeps: a spin beside other work may get little CPU time, but it
+// is runnable the whole window.
 
 // ClockTicks is the unit of the CPU times of /proc/PID/stat (USER_HZ). It
 // is 100 on every Linux architecture gpuguard runs on.
@@ -26,6 +30,10 @@ type Activity struct {
 	CPUTicks  uint64 // utime + stime, in ClockTicks
 	IOBytes   uint64 // rchar + wchar
 	IOKnown   bool   // /proc/PID/io could be read (same user or root)
+	// RunQueueNs: nanoseconds the main thread has waited on a run queue,
+	// runnable but not running (kernels without CONFIG_SCHED_INFO have no
+	// schedstat: 0).
+	RunQueueNs uint64
 }
 
 // Zombie reports whether the process has exited and waits to be reaped.
@@ -55,6 +63,9 @@ func (r *ActivityReader) Read(dst []Activity, procs []Proc) []Activity {
 		}
 		if b, err := r.fs.read(r.fs.pidPath(p.PID, "io")); err == nil {
 			a.IOBytes, a.IOKnown = parseIO(b), true
+		}
+		if b, err := r.fs.read(r.fs.pidPath(p.PID, "schedstat")); err == nil {
+			a.RunQueueNs = parseSchedstat(b)
 		}
 		dst = append(dst, a)
 	}
@@ -160,4 +171,15 @@ func parseIO(b []byte) uint64 {
 		}
 	}
 	return n
+}
+
+// parseSchedstat reads the run-queue wait of /proc/PID/schedstat: "time on
+// a CPU (ns) time waiting on a run queue (ns) time slices".
+func parseSchedstat(b []byte) uint64 {
+	_, rest, ok := bytes.Cut(bytes.TrimSpace(b), []byte(" "))
+	if !ok {
+		return 0
+	}
+	wait, _, _ := bytes.Cut(rest, []byte(" "))
+	return procAtoi(wait)
 }

@@ -2,7 +2,9 @@ package procfs
 
 import (
 	"os"
+	"os/exec"
 	"testing"
+	"time"
 )
 
 func TestParseActivityStat(t *testing.T) {
@@ -22,6 +24,65 @@ func TestParseIO(t *testing.T) {
 	if n := parseIO(b); n != 1024 {
 		t.Fatalf("rchar+wchar = %d, want 1024", n)
 	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for in, want := range map[string]uint64{
+		"205774862 40695471 764\n": 40695471,
+		"311882 0 2":               0,
+		"":                         0,
+		"12345":                    0,
+	} {
+		if got := parseSchedstat([]byte(in)); got != want {
+			t.Errorf("parseSchedstat(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// Two CPU-bound processes pinned to one CPU: each waits on the run queue
+// while the other runs, so the one read has waited for a CPU by the time it
+// has run for a while. This is what tells a spin starved on a busy machine
+// from a sleeper.
+func TestActivityRunQueueWait(t *testing.T) {
+	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
+		t.Skipf("this kernel has no /proc/PID/schedstat (CONFIG_SCHED_INFO): %v", err)
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Skip("taskset (util-linux) is needed to pin two processes to one CPU")
+	}
+	var spins []*exec.Cmd
+	for range 2 {
+		c := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		spins = append(spins, c)
+	}
+	self, err := ReadStat("", spins[0].Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewActivityReader("")
+	first := r.Read(nil, []Proc{self})
+	if len(first) != 1 {
+		t.Fatalf("read %d processes, want the spin", len(first))
+	}
+	// Until it has run 20 ticks; the other spin ran meanwhile on the same
+	// CPU, and this one waited for it.
+	var now []Activity
+	deadline := time.Now().Add(time.Minute)
+	for now = r.Read(nil, []Proc{self}); len(now) == 1 && now[0].CPUTicks < first[0].CPUTicks+20; now = r.Read(nil, []Proc{self}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spin ran %d ticks in a minute", now[0].CPUTicks-first[0].CPUTicks)
+		}
+		time.Sleep(10 * time.Millisecond) // the spin's CPU time: nothing to wait on
+	}
+	if len(now) != 1 || now[0].RunQueueNs <= first[0].RunQueueNs {
+		t.Fatalf("a spin sharing its CPU with another did not wait for it: run-queue %d ns then %+v", first[0].RunQueueNs, now)
+	}
+	t.Logf("ran %d ticks, waited %.2fs", now[0].CPUTicks-first[0].CPUTicks, float64(now[0].RunQueueNs-first[0].RunQueueNs)/1e9)
 }
 
 func TestIsLoaderWorker(t *testing.T) {

@@ -42,7 +42,10 @@ type HangActivity struct {
 	WindowS float64 `json:"window_s"`
 	// CPUS: CPU seconds the tree used in the window; IOBytes: bytes it read
 	// and wrote (rchar + wchar).
-	CPUS      float64 `json:"cpu_s"`
+	CPUS float64 `json:"cpu_s"`
+	// CPUWaitS: seconds the tree's processes were runnable but waited for
+	// a CPU (the machine busy with other work): wanted, not idle.
+	CPUWaitS  float64 `json:"cpu_wait_s,omitempty"`
 	IOBytes   uint64  `json:"io_bytes"`
 	Processes int     `json:"processes"`
 	// GPUMemDeltaBytes: how much the used memory of the job's GPUs moved
@@ -57,8 +60,8 @@ type HangActivity struct {
 	// asked during the window; NCCLRASError: why it gave none.
 	NCCLRAS      string `json:"nccl_ras,omitempty"`
 	NCCLRASError string `json:"nccl_ras_error,omitempty"`
-	Busy         []int  `json:"busy,omitempty"`    // pids that used CPU
-	Blocked      []int  `json:"blocked,omitempty"` // pids that used none
+	Busy         []int  `json:"busy,omitempty"`    // pids that used or waited for a CPU
+	Blocked      []int  `json:"blocked,omitempty"` // pids that did neither
 	// Workers: the loader workers seen in this attempt; WorkersDead: those
 	// gone or zombies now.
 	Workers     int `json:"workers,omitempty"`
