@@ -119,7 +119,7 @@ func BenchmarkScan(b *testing.B) {
 	m := getKWMatcher()
 	var h hitSet
 	b.SetBytes(n)
-	c0 := processCPU()
+	c0 := startCPU()
 	for b.Loop() {
 		for _, l := range ls {
 			m.scan(l.Text, &h)
