@@ -12,6 +12,8 @@
 // the log are never altered.
 package lines
 
+import "encoding/binary"
+
 // DefaultMax is the longest line handed to a consumer; the rest of a longer
 // line is dropped (and the line is marked Truncated). OOM messages, even with
 // every optional clause, are well under 2 KiB.
@@ -63,10 +65,7 @@ func (s *Splitter) Write(p []byte) (int, error) {
 	for i := 0; i < len(p); i++ {
 		if s.esc == escNone && !s.pendingCR {
 			// Fast path: copy a run of ordinary bytes at once.
-			j := i
-			for j < len(p) && !special[p[j]] {
-				j++
-			}
+			j := i + ordinaryRun(p[i:])
 			if j > i {
 				s.appendText(p[i:j])
 				i = j
@@ -127,6 +126,36 @@ func (s *Splitter) Flush() {
 
 // special marks the bytes that end a run of ordinary text.
 var special = [256]bool{'\n': true, '\r': true, 0x1b: true}
+
+// ordinaryRun is the length of the run of ordinary bytes that starts b: the
+// index of its first special byte, or len(b). It reads b eight bytes at a
+// time: the special bytes are control characters (below 0x20), and a word
+// without any (most words of a log: a tab is the only other control
+// character text has) is passed with one test; a word with one is read
+// byte by byte.
+func ordinaryRun(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		// Sets a byte's high bit only if some byte is below 0x20 (exact
+		// for whether there is one: see "Determine if a word has a byte
+		// less than n", Bit Twiddling Hacks).
+		if (w-0x2020202020202020)&^w&0x8080808080808080 == 0 {
+			continue
+		}
+		for k := i; k < i+8; k++ {
+			if special[b[k]] {
+				return k
+			}
+		}
+	}
+	for ; i < len(b); i++ {
+		if special[b[i]] {
+			return i
+		}
+	}
+	return len(b)
+}
 
 func (s *Splitter) appendText(b []byte) {
 	room := s.max - len(s.buf)

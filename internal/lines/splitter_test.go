@@ -136,6 +136,32 @@ func FuzzSplitter(f *testing.F) {
 	})
 }
 
+// ordinaryRun finds the first special byte wherever it stands in an
+// eight-byte word, after any bytes (control characters that are not special,
+// bytes at 0x20 and 0x80 around the test's threshold, UTF-8).
+func TestOrdinaryRun(t *testing.T) {
+	fill := []byte("\t\x1f \x00\x7f\x80\xff█a")
+	for n := 0; n < 40; n++ {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = fill[(i*7+n)%len(fill)]
+		}
+		if got := ordinaryRun(b); got != n {
+			t.Fatalf("%q: %d, want %d (no special byte)", b, got, n)
+		}
+		for at := 0; at < n; at++ {
+			for _, sp := range []byte{'\n', '\r', 0x1b} {
+				c := append([]byte(nil), b...)
+				c[at] = sp
+				want := bytes.IndexAny(c, "\n\r\x1b")
+				if got := ordinaryRun(c); got != want {
+					t.Fatalf("%q: %d, want %d", c, got, want)
+				}
+			}
+		}
+	}
+}
+
 func BenchmarkSplitter(b *testing.B) {
 	var buf bytes.Buffer
 	for buf.Len() < 1<<20 {

@@ -8,13 +8,20 @@ package classify
 // containing none of them costs that pass and nothing else: no regular
 // expression, no allocation.
 //
-// The pass looks up every pair of adjacent bytes (ASCII letters folded to lower
-// case) in a 64 KiB table. Each keyword is registered under one of its byte
-// pairs, its anchor: the pair that is rarest in typical training output (a
-// built-in sample of such output decides), so that the table rarely sends the
-// scan to verify a keyword that is not there.
+// The pass tests the byte pairs at even indexes against a bit set of 65,536
+// bits (8 KiB), one 64-bit load for four pairs. Each keyword is registered
+// under two overlapping byte pairs, its anchors (in both cases where the
+// keyword ignores case), one of which a line always puts at an even index:
+// the pairs that are rarest in typical training output (a built-in sample of
+// such output decides), so that the bit set rarely sends the scan to verify
+// a keyword that is not there.
 
-import "sync"
+import (
+	"bytes"
+	"encoding/binary"
+	"sort"
+	"sync"
+)
 
 // kw names a keyword of the prefilter. The order is the order of the bits in
 // a hitSet, nothing more.
@@ -257,16 +264,17 @@ type kwAnchor struct {
 
 // kwMatcher is the prefilter's table. It is built once and shared read-only by
 // every Classifier.
+//
+// A byte pair is the 16-bit little-endian word of its two bytes as they stand
+// in the line (first byte low): the scan reads pairs straight from the text,
+// with no case folding. A folded keyword's anchors are registered under each
+// of their case variants.
 type kwMatcher struct {
-	table  [1 << 16]uint8 // folded byte pair -> 1 + index into groups; 0: none
-	groups [][]kwAnchor
-	flags  [256]uint8 // byteFirst, byteSecond: the byte's place in some anchor pair
+	bits   [1 << 16 / 64]uint64 // the anchor pairs, one bit each (8 KiB: stays in the L1 cache)
+	table  [1 << 16]uint16      // pair -> 1 + index into groups; 0: none
+	groups [][]kwAnchor         // per pair, its keywords by decreasing offset (earlier start first)
+	short  []*kwEntry           // keywords of two bytes, found by their first byte (bytes.IndexByte)
 }
-
-const (
-	byteFirst  = 1 << iota // the first byte of some anchor pair
-	byteSecond             // the second byte of some anchor pair
-)
 
 var (
 	sharedKWMatcher     *kwMatcher
@@ -278,8 +286,8 @@ func getKWMatcher() *kwMatcher {
 	return sharedKWMatcher
 }
 
-// anchorSample is typical training output. The bytes and byte pairs
-// frequent in it make poor anchors: the scan would stop on them at every line.
+// anchorSample is typical training output. The byte pairs frequent in it
+// make poor anchors: the scan would stop on them at every line.
 const anchorSample = `Epoch 3:  45%|████▌     | 123/456 [00:12<00:30,  4.51it/s, loss=0.123, v_num=3]
 Epoch 3:  46%|████▋     | 124/456 [00:12<00:30,  4.52it/s, loss=0.131, v_num=3]
 Epoch 3:  46%|████▋     | 125/456 [00:12<00:30,  4.52it/s, loss=0.129, v_num=3]
@@ -301,128 +309,121 @@ Downloading data files: 100%|██████████| 3/3 [00:00<00:00, 1
 wandb: Syncing run lucky-sun-42 to https://wandb.ai/team/project/runs/abc123 with weight_decay: 0.05, betas: (0.9, 0.999)
 `
 
-// newKWMatcher registers each keyword under the byte pair that makes the
-// scan cheapest overall. The scan looks a pair up in the table only when its
-// second byte is the second byte of some anchor, and skips ahead over a byte
-// that is in no anchor at all; so the anchors should share few, rare bytes,
-// and be rare pairs. A few rounds of coordinate descent over the sample's
-// byte and pair frequencies choose them. Any choice is correct; this one is
-// fast.
+// newKWMatcher registers each keyword under two overlapping byte pairs, at
+// offsets o and o+1 (bytes o to o+2): whichever of the keyword's positions
+// a line puts it at, one of the two pairs starts at an even index, the only
+// pairs the scan reads. o is where the two pairs are rarest together in the
+// sample (folded: case does not make a pair rarer), the first such place on
+// a tie. Any choice is correct; a rare one sends the scan to verify a
+// keyword that is not there less often. A keyword of two bytes has no such
+// pair of pairs: it is found by its first byte.
 func newKWMatcher(kws []kwEntry) *kwMatcher {
 	var pairFreq [1 << 16]int
-	var byteFreq [256]int
 	s := anchorSample
-	for i := 0; i < len(s); i++ {
-		byteFreq[asciiFold[s[i]]]++
-		if i+1 < len(s) {
-			pairFreq[uint16(asciiFold[s[i]])<<8|uint16(asciiFold[s[i+1]])]++
-		}
+	for i := 0; i+1 < len(s); i++ {
+		pairFreq[uint16(asciiFold[s[i]])<<8|uint16(asciiFold[s[i+1]])]++
 	}
-	pairAt := func(k *kwEntry, o int) (byte, byte) { return asciiFold[k.text[o]], asciiFold[k.text[o+1]] }
-	choice := make([]int, len(kws))
-	var firstRef, secondRef [256]int
-	cost := func() int {
-		c := 0
-		for b := 0; b < 256; b++ {
-			if firstRef[b] > 0 || secondRef[b] > 0 {
-				c += 4 * (byteFreq[b] + 1)
-			}
-		}
-		for i := range kws {
-			if choice[i] >= 0 {
-				a, b := pairAt(&kws[i], choice[i])
-				c += 100 * pairFreq[uint16(a)<<8|uint16(b)]
-			}
-		}
-		return c
-	}
-	for i := range choice {
-		choice[i] = -1
-	}
-	for round := 0; round < 4; round++ {
-		for i := range kws {
-			k := &kws[i]
-			if choice[i] >= 0 {
-				a, b := pairAt(k, choice[i])
-				firstRef[a]--
-				secondRef[b]--
-			}
-			best, bestCost := 0, -1
-			for o := 0; o+1 < len(k.text); o++ {
-				a, b := pairAt(k, o)
-				firstRef[a]++
-				secondRef[b]++
-				choice[i] = o
-				if c := cost(); bestCost < 0 || c < bestCost {
-					best, bestCost = o, c
-				}
-				firstRef[a]--
-				secondRef[b]--
-			}
-			choice[i] = best
-			a, b := pairAt(k, best)
-			firstRef[a]++
-			secondRef[b]++
-		}
+	freq := func(k *kwEntry, o int) int {
+		return pairFreq[uint16(asciiFold[k.text[o]])<<8|uint16(asciiFold[k.text[o+1]])]
 	}
 	m := &kwMatcher{}
 	for i := range kws {
 		k := &kws[i]
-		best := choice[i]
-		pair := uint16(asciiFold[k.text[best]])<<8 | uint16(asciiFold[k.text[best+1]])
-		g := m.table[pair]
-		if g == 0 {
-			m.groups = append(m.groups, nil)
-			g = uint8(len(m.groups))
-			m.table[pair] = g
+		if len(k.text) < 3 {
+			if len(k.text) != 2 || k.fold {
+				panic("classify: a keyword of fewer than two bytes, or of two that ignore case: " + k.text)
+			}
+			m.short = append(m.short, k)
+			continue
 		}
-		m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: best})
-		for j, bit := range [2]uint8{byteFirst, byteSecond} {
-			x := asciiFold[k.text[best+j]]
-			m.flags[x] |= bit
-			if x >= 'a' && x <= 'z' {
-				m.flags[x-'a'+'A'] |= bit
+		best, bestFreq := 0, -1
+		for o := 0; o+2 < len(k.text); o++ {
+			if f := freq(k, o) + freq(k, o+1); bestFreq < 0 || f < bestFreq {
+				best, bestFreq = o, f
 			}
 		}
+		for _, o := range [2]int{best, best + 1} {
+			a, b := k.text[o], k.text[o+1]
+			firsts, seconds := []byte{a}, []byte{b}
+			if k.fold {
+				firsts, seconds = caseVariants(a), caseVariants(b)
+			}
+			for _, x := range firsts {
+				for _, y := range seconds {
+					pair := uint16(x) | uint16(y)<<8
+					g := m.table[pair]
+					if g == 0 {
+						m.groups = append(m.groups, nil)
+						g = uint16(len(m.groups))
+						m.table[pair] = g
+						m.bits[pair>>6] |= 1 << (pair & 63)
+					}
+					m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: o})
+				}
+			}
+		}
+	}
+	for _, g := range m.groups {
+		// At one place, the keyword that starts first is seen first
+		// (hitSet keeps a keyword's first place).
+		sort.SliceStable(g, func(i, j int) bool { return g[i].off > g[j].off })
 	}
 	return m
 }
 
+// caseVariants is the byte b in both cases when it is an ASCII letter.
+func caseVariants(b byte) []byte {
+	if b >= 'a' && b <= 'z' {
+		return []byte{b, b - 'a' + 'A'}
+	}
+	return []byte{b}
+}
+
 // scan records in h every keyword that t contains.
 //
-// Every anchor pair covers one byte at an odd index, so the scan only looks
-// at odd indexes: a byte that is in no anchor rules out both pairs it belongs
-// to, and most bytes of a log are in none.
+// It reads the byte pairs that start at an even index, four from each 64-bit
+// load, and tests them against the anchors' bit set with one branch per
+// eight bytes: most words hold no anchor, and the table of groups is read
+// only on a hit. The two-byte keywords are searched for by their first byte.
 func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
-	for i := 1; i < n; i += 2 {
-		b := t[i]
-		f := m.flags[b]
-		if f == 0 {
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		w := binary.LittleEndian.Uint64(t[i:])
+		p0, p1, p2, p3 := uint16(w), uint16(w>>16), uint16(w>>32), uint16(w>>48)
+		if (m.bits[p0>>6]>>(p0&63)|m.bits[p1>>6]>>(p1&63)|m.bits[p2>>6]>>(p2&63)|m.bits[p3>>6]>>(p3&63))&1 == 0 {
 			continue
 		}
-		if f&byteSecond != 0 {
-			a := t[i-1]
-			if m.flags[a]&byteFirst != 0 {
-				if g := m.table[uint16(asciiFold[a])<<8|uint16(asciiFold[b])]; g != 0 {
-					m.verify(t, i-1, g, h)
-				}
+		for j, p := range [4]uint16{p0, p1, p2, p3} {
+			if m.bits[p>>6]&(1<<(p&63)) != 0 {
+				m.verify(t, i+2*j, m.table[p], h)
 			}
 		}
-		if f&byteFirst != 0 && i+1 < n {
-			c := t[i+1]
-			if m.flags[c]&byteSecond != 0 {
-				if g := m.table[uint16(asciiFold[b])<<8|uint16(asciiFold[c])]; g != 0 {
-					m.verify(t, i, g, h)
-				}
+	}
+	for ; i+1 < n; i += 2 {
+		p := uint16(t[i]) | uint16(t[i+1])<<8
+		if m.bits[p>>6]&(1<<(p&63)) != 0 {
+			m.verify(t, i, m.table[p], h)
+		}
+	}
+	for _, k := range m.short {
+		for off := 0; ; {
+			j := bytes.IndexByte(t[off:], k.text[0])
+			if j < 0 || off+j+1 >= n {
+				break
 			}
+			if t[off+j+1] == k.text[1] {
+				h.set(k.id, off+j)
+				break
+			}
+			off += j + 1
 		}
 	}
 }
 
 // verify checks the keywords of group g, anchored at the pair t[i], t[i+1].
-func (m *kwMatcher) verify(t []byte, i int, g uint8, h *hitSet) {
+func (m *kwMatcher) verify(t []byte, i int, g uint16, h *hitSet) {
 	n := len(t)
 	for _, a := range m.groups[g-1] {
 		start := i - a.off

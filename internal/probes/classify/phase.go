@@ -216,7 +216,11 @@ func trimSpace(b []byte) []byte {
 func barCounter(b []byte, from int) (cur, tot int64, ok bool) {
 	for i := from; i < len(b); i++ {
 		if b[i] != '/' {
-			continue
+			j := bytes.IndexByte(b[i:], '/')
+			if j < 0 {
+				break
+			}
+			i += j
 		}
 		// digits before, possibly spaces (a right-aligned counter:
 		// "[  100/  800]")
