@@ -145,23 +145,12 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 		return args, nil
 	}
 	out := []string{args[0]}
-	rest := args[1:]
-	// gpuguard's own flags, before the command.
-	for len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
-		switch rest[0] {
-		case "--version", "-version", "-v":
-			return append(out, "version"), nil
-		case "--help", "-help", "-h":
-			return append(out, "--help"), nil
-		case "--":
-			rest = rest[1:]
-			continue
-		}
-		name, _, _ := strings.Cut(strings.TrimLeft(rest[0], "-"), "=")
-		return nil, &argsError{
-			msg: fmt.Sprintf("unknown flag %s%s", rest[0],
-				policy.DidYouMean("--"+name, []string{"--help", "--version"})),
-			usage: appUsage(cmds)}
+	rest, word, err := ownFlags(args[1:], cmds)
+	if err != nil {
+		return nil, err
+	}
+	if word != "" {
+		return append(out, word), nil
 	}
 	if len(rest) == 0 {
 		return out, nil
@@ -170,24 +159,7 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 		return args, nil // the words typed so far, as they are
 	}
 	if rest[0] == "help" {
-		// gpuguard help [COMMAND [SUBCOMMAND]]: that command's --help.
-		topic := rest[1:]
-		if len(topic) == 0 {
-			return append(out, "--help"), nil
-		}
-		norm, err := normalize(append([]string{args[0]}, topic...), cmds)
-		if err != nil {
-			return nil, err
-		}
-		// Keep only the command words.
-		words := []string{args[0]}
-		for _, w := range norm[1:] {
-			if strings.HasPrefix(w, "-") {
-				break
-			}
-			words = append(words, w)
-		}
-		return append(words, "--help"), nil
+		return helpTopic(args[0], rest[1:], cmds)
 	}
 	cmd := findCommand(cmds, rest[0])
 	if cmd == nil {
@@ -199,13 +171,8 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 	if len(cmd.Subcommands) > 0 {
 		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
 			// `gpuguard policy` and `gpuguard policy --help`: its help.
-			for _, a := range rest {
-				if a != "--help" && a != "-h" && a != "-help" {
-					flagName, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-					return nil, &argsError{command: name,
-						msg:   fmt.Sprintf("unknown flag %s%s", a, policy.DidYouMean("--"+flagName, []string{"--help"})),
-						usage: commandUsage(name, cmd)}
-				}
+			if err := onlyHelpFlags(name, cmd, rest); err != nil {
+				return nil, err
 			}
 			return append(out, "--help"), nil
 		}
@@ -218,17 +185,93 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 		name += " " + sub.Name
 		cmd = sub
 	}
+	flags, positional, help, err := flagsFirst(name, cmd, rest)
+	if err != nil {
+		return nil, err
+	}
+	if help {
+		return append(out, "--help"), nil
+	}
+	out = append(out, flags...)
+	if len(positional) > 0 {
+		out = append(out, "--")
+		out = append(out, positional...)
+	}
+	return out, nil
+}
+
+// ownFlags reads gpuguard's own flags, before the command: the rest of
+// args, or the one word a flag stands for ("version", "--help").
+func ownFlags(args []string, cmds []*cli.Command) (rest []string, word string, err error) {
+	rest = args
+	for len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
+		switch rest[0] {
+		case "--version", "-version", "-v":
+			return nil, "version", nil
+		case "--help", "-help", "-h":
+			return nil, "--help", nil
+		case "--":
+			rest = rest[1:]
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(rest[0], "-"), "=")
+		return nil, "", &argsError{
+			msg: fmt.Sprintf("unknown flag %s%s", rest[0],
+				policy.DidYouMean("--"+name, []string{"--help", "--version"})),
+			usage: appUsage(cmds)}
+	}
+	return rest, "", nil
+}
+
+// helpTopic is `gpuguard help [COMMAND [SUBCOMMAND]]`: that command's --help.
+func helpTopic(program string, topic []string, cmds []*cli.Command) ([]string, error) {
+	if len(topic) == 0 {
+		return []string{program, "--help"}, nil
+	}
+	norm, err := normalize(append([]string{program}, topic...), cmds)
+	if err != nil {
+		return nil, err
+	}
+	// Keep only the command words.
+	words := []string{program}
+	for _, w := range norm[1:] {
+		if strings.HasPrefix(w, "-") {
+			break
+		}
+		words = append(words, w)
+	}
+	return append(words, "--help"), nil
+}
+
+// onlyHelpFlags refuses a flag other than help given to a command that has
+// subcommands, before any of them.
+func onlyHelpFlags(name string, cmd *cli.Command, args []string) error {
+	for _, a := range args {
+		if a != "--help" && a != "-h" && a != "-help" {
+			flagName, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			return &argsError{command: name,
+				msg:   fmt.Sprintf("unknown flag %s%s", a, policy.DidYouMean("--"+flagName, []string{"--help"})),
+				usage: commandUsage(name, cmd)}
+		}
+	}
+	return nil
+}
+
+// flagsFirst checks the command's arguments and sorts them into its flags
+// (each with its value) and its positional arguments: all the words after
+// "--", and for a job command (run) all from the first that is not a flag.
+// help: a help flag was among them.
+func flagsFirst(name string, cmd *cli.Command, args []string) (flags, positional []string, help bool, err error) {
 	specs := flagSpecs(cmd)
-	var flags, positional []string
-	for i := 0; i < len(rest); i++ {
-		a := rest[i]
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
-			positional = append(positional, rest[i+1:]...)
+			positional = append(positional, args[i+1:]...)
 			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
 			if jobCommands[name] {
-				positional = append(positional, rest[i:]...)
+				positional = append(positional, args[i:]...)
 				break
 			}
 			positional = append(positional, a)
@@ -237,30 +280,25 @@ func normalize(args []string, cmds []*cli.Command) ([]string, error) {
 		flagName, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		spec, ok := specs[flagName]
 		if !ok {
-			return nil, &argsError{command: name,
+			return nil, nil, false, &argsError{command: name,
 				msg:   fmt.Sprintf("unknown flag %s%s", a, policy.DidYouMean("--"+flagName, flagCandidates(specs))),
 				usage: commandUsage(name, cmd)}
 		}
 		if flagName == "help" || flagName == "h" {
-			return append(out, "--help"), nil
+			return nil, nil, true, nil
 		}
-		if spec.takesValue && !hasValue && i+1 >= len(rest) {
-			return nil, &argsError{command: name,
+		if spec.takesValue && !hasValue && i+1 >= len(args) {
+			return nil, nil, false, &argsError{command: name,
 				msg:   fmt.Sprintf("%s needs a value, e.g. %s", a, flagExample(flagName, cmd)),
 				usage: commandUsage(name, cmd)}
 		}
 		flags = append(flags, a)
-		if spec.takesValue && !hasValue && i+1 < len(rest) {
+		if spec.takesValue && !hasValue && i+1 < len(args) {
 			i++
-			flags = append(flags, rest[i])
+			flags = append(flags, args[i])
 		}
 	}
-	out = append(out, flags...)
-	if len(positional) > 0 {
-		out = append(out, "--")
-		out = append(out, positional...)
-	}
-	return out, nil
+	return flags, positional, false, nil
 }
 
 // usageFailure is what a usage error urfave/cli finds (a flag's value that

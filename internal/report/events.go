@@ -172,26 +172,13 @@ func (f *folder) attempt(n int) *Attempt {
 // absent, except a memory summary that cannot be read, which is an error.
 func (f *folder) apply(e record.Entry) error {
 	run, attempt := f.run, f.attempt
-	t := e.Time
-	tp := func() *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		tt := t
-		return &tt
-	}
+	t, at := e.Time, timePtr(e.Time)
 	ev, derr := e.Event()
 	switch ev := ev.(type) {
 	case record.RunStart:
-		run.Start = tp()
-		run.Argv = ev.Argv
-		run.Policy = ev.Policy
-		run.Version = ev.Version
-		if ev.RunDir != "" && run.RunDir == "" {
-			run.RunDir = ev.RunDir
-		}
+		f.runStart(ev, at)
 	case record.RunEnd:
-		run.End = tp()
+		run.End = at
 		run.ExitCode = present(e, "exit_code", ev.ExitCode)
 	case record.Policy:
 		if run.Policy == "" {
@@ -202,40 +189,9 @@ func (f *folder) apply(e record.Entry) error {
 		run.Signals = append(run.Signals, Signal{Time: t, Signal: ev.Signal, Action: ev.Action,
 			Forwarded: ev.Action == record.SignalForwarded})
 	case record.AttemptStart:
-		if ev.Attempt <= 0 {
-			return fmt.Errorf("attempt_start without an attempt number")
-		}
-		a := attempt(ev.Attempt)
-		a.Start = tp()
-		a.Argv = ev.Argv
-		a.EnvChanges = ev.EnvChanges
-		knobs := ev.Knobs
-		if len(knobs) == 0 {
-			knobs = f.knobs
-		}
-		if len(knobs) > 0 {
-			a.Knobs = map[string]any{}
-			for k, v := range knobs {
-				a.Knobs[k] = valueOf(v)
-			}
-		}
-		a.Checkpoint = ev.Checkpoint
-		a.PID = ev.PID
+		return f.attemptStart(ev, at)
 	case record.AttemptEnd:
-		if ev.Attempt <= 0 {
-			return fmt.Errorf("attempt_end without an attempt number")
-		}
-		a := attempt(ev.Attempt)
-		a.End = tp()
-		a.ExitCode = present(e, "exit_code", ev.ExitCode)
-		a.Signal = ev.Signal
-		a.DurationS = present(e, "duration_s", ev.DurationS)
-		a.LastStep = ev.LastStep
-		a.Verdict = ev.Verdict
-		a.Site = ev.Site
-		if a.Checkpoint == "" {
-			a.Checkpoint = ev.Checkpoint
-		}
+		return f.attemptEnd(e, ev, at)
 	case record.Phase:
 		if ev.Attempt > 0 {
 			a := attempt(ev.Attempt)
@@ -252,31 +208,106 @@ func (f *folder) apply(e record.Entry) error {
 			a.Warnings = append(a.Warnings, Note{Time: t, Message: ev.Message})
 		}
 	case record.Memory:
-		if ev.Attempt > 0 {
-			if derr != nil {
-				return fmt.Errorf("memory %v", shorten(derr.Error(), 80))
-			}
-			s := ev.Summary
-			a := attempt(ev.Attempt)
-			a.Memory, a.MemoryFrom = &s, "events"
-			if run.origin.IsZero() && !s.Origin.IsZero() {
-				run.origin = s.Origin
-			}
-		}
+		return f.memory(ev, derr)
 	case record.Decision:
-		if ev.Attempt > 0 {
-			d := &Decision{Time: t, Verb: ev.Verb, Rule: ev.Rule, Reason: ev.Reason, Checkpoint: ev.Checkpoint,
-				Step: present(e, "step", int64(ev.Step)), BackoffS: present(e, "backoff_s", ev.BackoffS)}
-			for _, c := range ev.Changes {
-				d.Changes = append(d.Changes, Change{Name: c.Name, Old: valueOf(c.Old), New: valueOf(c.New)})
-			}
-			attempt(ev.Attempt).Decision = d
-		}
-		if ev.Knobs != nil {
-			f.knobs = ev.Knobs
-		}
+		f.decision(e, ev)
 	}
 	return nil
+}
+
+// timePtr is &t, or nil for the zero time (an entry without one).
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (f *folder) runStart(ev record.RunStart, at *time.Time) {
+	run := f.run
+	run.Start = at
+	run.Argv = ev.Argv
+	run.Policy = ev.Policy
+	run.Version = ev.Version
+	if ev.RunDir != "" && run.RunDir == "" {
+		run.RunDir = ev.RunDir
+	}
+}
+
+// attemptStart: the attempt's knobs are its own, or the last ones the
+// journal gave (the policy's, a decision's).
+func (f *folder) attemptStart(ev record.AttemptStart, at *time.Time) error {
+	if ev.Attempt <= 0 {
+		return fmt.Errorf("attempt_start without an attempt number")
+	}
+	a := f.attempt(ev.Attempt)
+	a.Start = at
+	a.Argv = ev.Argv
+	a.EnvChanges = ev.EnvChanges
+	knobs := ev.Knobs
+	if len(knobs) == 0 {
+		knobs = f.knobs
+	}
+	if len(knobs) > 0 {
+		a.Knobs = map[string]any{}
+		for k, v := range knobs {
+			a.Knobs[k] = valueOf(v)
+		}
+	}
+	a.Checkpoint = ev.Checkpoint
+	a.PID = ev.PID
+	return nil
+}
+
+func (f *folder) attemptEnd(e record.Entry, ev record.AttemptEnd, at *time.Time) error {
+	if ev.Attempt <= 0 {
+		return fmt.Errorf("attempt_end without an attempt number")
+	}
+	a := f.attempt(ev.Attempt)
+	a.End = at
+	a.ExitCode = present(e, "exit_code", ev.ExitCode)
+	a.Signal = ev.Signal
+	a.DurationS = present(e, "duration_s", ev.DurationS)
+	a.LastStep = ev.LastStep
+	a.Verdict = ev.Verdict
+	a.Site = ev.Site
+	if a.Checkpoint == "" {
+		a.Checkpoint = ev.Checkpoint
+	}
+	return nil
+}
+
+// memory: the first summary with an origin sets the run's time zero.
+func (f *folder) memory(ev record.Memory, derr error) error {
+	if ev.Attempt <= 0 {
+		return nil
+	}
+	if derr != nil {
+		return fmt.Errorf("memory %v", shorten(derr.Error(), 80))
+	}
+	s := ev.Summary
+	a := f.attempt(ev.Attempt)
+	a.Memory, a.MemoryFrom = &s, "events"
+	if f.run.origin.IsZero() && !s.Origin.IsZero() {
+		f.run.origin = s.Origin
+	}
+	return nil
+}
+
+// decision: a decision taken after an attempt is kept on that attempt; its
+// knobs, when it gives them, are those of the attempts after it.
+func (f *folder) decision(e record.Entry, ev record.Decision) {
+	if ev.Attempt > 0 {
+		d := &Decision{Time: e.Time, Verb: ev.Verb, Rule: ev.Rule, Reason: ev.Reason, Checkpoint: ev.Checkpoint,
+			Step: present(e, "step", int64(ev.Step)), BackoffS: present(e, "backoff_s", ev.BackoffS)}
+		for _, c := range ev.Changes {
+			d.Changes = append(d.Changes, Change{Name: c.Name, Old: valueOf(c.Old), New: valueOf(c.New)})
+		}
+		f.attempt(ev.Attempt).Decision = d
+	}
+	if ev.Knobs != nil {
+		f.knobs = ev.Knobs
+	}
 }
 
 // present is &v when the entry has the field, nil when it has not: for

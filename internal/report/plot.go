@@ -261,6 +261,33 @@ func legendWidth(panels []*plot.Plot, c draw.Canvas) vg.Length {
 // data would squash the lines that matter into the bottom of the panel.
 const nearLimit = 0.4
 
+// panelDraw is one panel while panel draws it: the figure, what it draws
+// from, and what the steps settle on the way (the devices drawn and their
+// colours, the vertical scale, the attempts' labels).
+type panelDraw struct {
+	p          *plot.Plot
+	run        *Run
+	ti         *timelineInfo
+	lines      map[[2]string]*series
+	order      [][2]string
+	x          func(int64) float64 // milliseconds since the run to the time axis
+	xmin, xmax float64
+	labels     bool // label the attempts (the top panel)
+
+	want    map[string]bool // the devices whose lines are drawn
+	colorOf map[string]color.Color
+	yScale  float64 // GiB to the vertical axis' unit
+	ymax    float64 // the vertical axis' top
+	marks   *labelLayer
+}
+
+// plotLimit is a limit a panel shows: draw, when the memory came near it.
+type plotLimit struct {
+	dev   string
+	bytes uint64
+	draw  bool
+}
+
 // panel draws one panel: the devices' lines, the limits that apply,
 // validation shading, each attempt's span and its out-of-memory failure with
 // its figures (labelled on the top panel). Its legend is drawn apart, right
@@ -268,50 +295,14 @@ const nearLimit = 0.4
 // the job used less than 1 GiB.
 func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]string, devs []string,
 	what, unit string, x func(int64) float64, xmin, xmax float64, labels bool) (*plot.Plot, error) {
-	p := plot.New()
-	p.X.Label.Text = "time since the run started (" + unit + ")"
-	p.X.Min, p.X.Max = xmin, xmax
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Legend.TextStyle.Font.Size = vg.Points(9)
-	p.Legend.Padding = vg.Points(2)
-	p.Add(plotter.NewGrid())
+	d := &panelDraw{p: newPanelPlot(unit, xmin, xmax), run: run, ti: ti, lines: lines, order: order,
+		x: x, xmin: xmin, xmax: xmax, labels: labels, marks: &labelLayer{}}
 
-	gpuPanel := len(devs) > 0 && !isHostDevice(devs[0])
-	ranOut := false // an out-of-memory failure of this panel's memory
-	for _, a := range run.Attempts {
-		if a.Verdict != nil {
-			k := string(a.Verdict.Kind)
-			ranOut = ranOut || (gpuPanel && k == "gpu_oom") || (!gpuPanel && (k == "host_oom" || k == "cpu_alloc_oom"))
-		}
-	}
-	peakOf := func(dev string) float64 { // GiB
-		m := 0.0
-		for _, k := range order {
-			if s := lines[k]; s.dev == dev {
-				for _, pt := range s.pts {
-					m = max(m, pt.Y)
-				}
-			}
-		}
-		return m
-	}
-	// The machine's RAM in use is drawn only when the machine came short
-	// of memory: otherwise it is other programs' business, and would set
-	// the scale instead of the job.
-	want := map[string]bool{}
-	ramNote := ""
-	for _, d := range devs {
-		if d == "ram" && !ranOut && peakOf(d) < nearLimit*toGiB(ti.capacity[d]) {
-			ramNote = fmt.Sprintf("RAM in use: at most %s of %s (not drawn)",
-				humanize.Bytes(uint64(peakOf(d)*(1<<30))), humanize.Bytes(ti.capacity[d]))
-			continue
-		}
-		want[d] = true
-	}
+	ranOut := ranOutOf(run, len(devs) > 0 && !isHostDevice(devs[0]))
+	ramNote := d.chooseDevices(devs, ranOut)
 	peak := 0.0 // GiB
-	for d := range want {
-		peak = max(peak, peakOf(d))
+	for dev := range d.want {
+		peak = max(peak, d.peakOf(dev))
 	}
 	var figs []oomFigure
 	if what == gpuFromMessages {
@@ -320,7 +311,92 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			peak = max(peak, f.top())
 		}
 	}
+	d.colorOf = deviceColors(devs)
+	limits := d.limits(devs, ranOut, peak)
+	d.scaleY(what, peak, limits)
 
+	// Validation and the waits under the lines, then the limits, the
+	// lines, the OOM messages' figures; the attempts over all.
+	steps := []func() error{
+		d.shadeValidation,
+		d.shadeWaits,
+		func() error { return d.drawLimits(limits) },
+		d.drawLines,
+		func() error { return drawOOMFigures(d.p, run, figs, x, xmin, xmax, d.yScale) },
+		func() error { d.noteInLegend(ramNote); return nil },
+		d.markAttempts,
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	if len(d.marks.items) > 0 {
+		d.p.Add(d.marks)
+		run.labels = append(run.labels, d.marks)
+	}
+	return d.p, nil
+}
+
+// newPanelPlot is an empty panel: its time axis, its grid, its legend's style.
+func newPanelPlot(unit string, xmin, xmax float64) *plot.Plot {
+	p := plot.New()
+	p.X.Label.Text = "time since the run started (" + unit + ")"
+	p.X.Min, p.X.Max = xmin, xmax
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.Legend.Padding = vg.Points(2)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// ranOutOf says whether an attempt failed for want of the panel's memory:
+// the GPU's on the GPU panel, the host's on the host panel.
+func ranOutOf(run *Run, gpuPanel bool) bool {
+	ranOut := false
+	for _, a := range run.Attempts {
+		if a.Verdict != nil {
+			k := string(a.Verdict.Kind)
+			ranOut = ranOut || (gpuPanel && k == "gpu_oom") || (!gpuPanel && (k == "host_oom" || k == "cpu_alloc_oom"))
+		}
+	}
+	return ranOut
+}
+
+// peakOf is a device's highest thinned sample over all attempts, in GiB.
+func (d *panelDraw) peakOf(dev string) float64 {
+	m := 0.0
+	for _, k := range d.order {
+		if s := d.lines[k]; s.dev == dev {
+			for _, pt := range s.pts {
+				m = max(m, pt.Y)
+			}
+		}
+	}
+	return m
+}
+
+// chooseDevices sets the devices whose lines the panel draws, and returns a
+// note for the legend when the machine's RAM is left out. The machine's RAM
+// in use is drawn only when the machine came short of memory: otherwise it
+// is other programs' business, and would set the scale instead of the job.
+func (d *panelDraw) chooseDevices(devs []string, ranOut bool) (ramNote string) {
+	d.want = map[string]bool{}
+	for _, dev := range devs {
+		if dev == "ram" && !ranOut && d.peakOf(dev) < nearLimit*toGiB(d.ti.capacity[dev]) {
+			ramNote = fmt.Sprintf("RAM in use: at most %s of %s (not drawn)",
+				humanize.Bytes(uint64(d.peakOf(dev)*(1<<30))), humanize.Bytes(d.ti.capacity[dev]))
+			continue
+		}
+		d.want[dev] = true
+	}
+	return ramNote
+}
+
+// deviceColors gives each device its line's colour: the host's three fixed,
+// the GPUs' in turn from gpuColors.
+func deviceColors(devs []string) map[string]color.Color {
 	colorOf := map[string]color.Color{}
 	gi := 0
 	for _, d := range devs {
@@ -336,29 +412,36 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			gi++
 		}
 	}
+	return colorOf
+}
 
-	// The limits that apply: a GPU's capacity, the cgroup's limit (which
-	// the job's processes share), not the machine's RAM, which bounds no
-	// job in particular. One line per distinct limit.
-	type limit struct {
-		dev   string
-		bytes uint64
-		draw  bool
-	}
-	var limits []limit
+// limits are the limits that apply: a GPU's capacity, the cgroup's limit
+// (which the job's processes share), not the machine's RAM, which bounds no
+// job in particular. One line per distinct limit; drawn when the memory
+// came near it or ran out.
+func (d *panelDraw) limits(devs []string, ranOut bool, peak float64) []plotLimit {
+	ti := d.ti
+	var limits []plotLimit
 	seen := map[uint64]bool{}
-	for _, d := range devs {
-		if !want[d] {
+	for _, dev := range devs {
+		if !d.want[dev] {
 			continue
 		}
-		capBytes := ti.capacity[d]
-		applies := !isHostDevice(d) || d == "cgroup" || (d == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"])
+		capBytes := ti.capacity[dev]
+		applies := !isHostDevice(dev) || dev == "cgroup" || (dev == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"])
 		if capBytes == 0 || !applies || seen[capBytes] {
 			continue
 		}
 		seen[capBytes] = true
-		limits = append(limits, limit{d, capBytes, ranOut || peak >= nearLimit*toGiB(capBytes)})
+		limits = append(limits, plotLimit{dev, capBytes, ranOut || peak >= nearLimit*toGiB(capBytes)})
 	}
+	return limits
+}
+
+// scaleY sets the vertical axis: from 0 to above the highest line and the
+// limits drawn, with room for the labels on a labelled panel; in MiB when
+// that is under 1 GiB.
+func (d *panelDraw) scaleY(what string, peak float64, limits []plotLimit) {
 	ymax := peak
 	for _, l := range limits {
 		if l.draw {
@@ -373,211 +456,251 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		yUnit, yScale = "MiB", 1024
 	}
 	ymax *= yScale * 1.12 // room above the highest line
-	if labels {
+	if d.labels {
 		ymax *= 1.15 // and for the labels
 	}
-	p.Y.Label.Text = what + " (" + yUnit + ")"
-	p.Y.Min, p.Y.Max = 0, ymax
-	p.Y.Tick.Marker = plainTicks{}
-	scaled := func(pts plotter.XYs) plotter.XYs {
-		out := make(plotter.XYs, len(pts))
-		for i, pt := range pts {
-			out[i] = plotter.XY{X: pt.X, Y: pt.Y * yScale}
-		}
-		return out
-	}
+	d.yScale, d.ymax = yScale, ymax
+	d.p.Y.Label.Text = what + " (" + yUnit + ")"
+	d.p.Y.Min, d.p.Y.Max = 0, ymax
+	d.p.Y.Tick.Marker = plainTicks{}
+}
 
-	// Validation first, under the lines.
+// shadeValidation shades the validation spans, under the lines; a span too
+// short to see is widened to 1/400 of the axis.
+func (d *panelDraw) shadeValidation() error {
 	first := true
-	for _, sp := range valSpans(run, ti) {
-		x0, x1 := x(sp.start), x(sp.end)
-		if x1-x0 < (xmax-xmin)/400 {
-			x1 = x0 + (xmax-xmin)/400
+	for _, sp := range valSpans(d.run, d.ti) {
+		x0, x1 := d.x(sp.start), d.x(sp.end)
+		if x1-x0 < (d.xmax-d.xmin)/400 {
+			x1 = x0 + (d.xmax-d.xmin)/400
 		}
-		poly, err := plotter.NewPolygon(plotter.XYs{{X: x0, Y: 0}, {X: x1, Y: 0}, {X: x1, Y: ymax}, {X: x0, Y: ymax}})
+		poly, err := d.shade(x0, x1, valColor)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		poly.Color = valColor
-		poly.LineStyle.Width = 0
-		poly.LineStyle.Color = nil
-		p.Add(poly)
 		if first {
-			p.Legend.Add("validation", poly)
+			d.p.Legend.Add("validation", poly)
 			first = false
 		}
 	}
+	return nil
+}
 
-	// The waits between attempts (checkpoint, GPU memory, backoff), grey,
-	// under the lines too.
+// shadeWaits shades the waits between attempts (checkpoint, GPU memory,
+// backoff) grey, under the lines too.
+func (d *panelDraw) shadeWaits() error {
+	run := d.run
 	waitSeen := false
 	for i := 1; i < len(run.Attempts); i++ {
 		prev, a := run.Attempts[i-1], run.Attempts[i]
 		if prev.End == nil || a.Start == nil || run.origin.IsZero() || !a.Start.After(*prev.End) {
 			continue
 		}
-		x0, x1 := x(prev.End.Sub(run.origin).Milliseconds()), x(a.Start.Sub(run.origin).Milliseconds())
-		poly, err := plotter.NewPolygon(plotter.XYs{{X: x0, Y: 0}, {X: x1, Y: 0}, {X: x1, Y: ymax}, {X: x0, Y: ymax}})
+		x0, x1 := d.x(prev.End.Sub(run.origin).Milliseconds()), d.x(a.Start.Sub(run.origin).Milliseconds())
+		poly, err := d.shade(x0, x1, waitColor)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		poly.Color = waitColor
-		poly.LineStyle.Width = 0
-		poly.LineStyle.Color = nil
-		p.Add(poly)
 		if !waitSeen {
-			p.Legend.Add("waiting to relaunch", poly)
+			d.p.Legend.Add("waiting to relaunch", poly)
 			waitSeen = true
 		}
 	}
+	return nil
+}
 
+// shade adds a band from x0 to x1, the panel's full height, without edges.
+func (d *panelDraw) shade(x0, x1 float64, c color.Color) (*plotter.Polygon, error) {
+	ymax := d.ymax
+	poly, err := plotter.NewPolygon(plotter.XYs{{X: x0, Y: 0}, {X: x1, Y: 0}, {X: x1, Y: ymax}, {X: x0, Y: ymax}})
+	if err != nil {
+		return nil, err
+	}
+	poly.Color = c
+	poly.LineStyle.Width = 0
+	poly.LineStyle.Color = nil
+	d.p.Add(poly)
+	return poly, nil
+}
+
+// drawLimits draws each limit dashed in its device's colour, or names it in
+// the legend alone, "(far above)", when the memory stayed far below it.
+func (d *panelDraw) drawLimits(limits []plotLimit) error {
 	for _, l := range limits {
 		name := "GPU capacity"
 		switch l.dev {
 		case "host", "cgroup":
 			name = "cgroup limit"
 		}
-		line, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: toGiB(l.bytes) * yScale}, {X: xmax, Y: toGiB(l.bytes) * yScale}})
+		line, err := plotter.NewLine(plotter.XYs{{X: d.xmin, Y: toGiB(l.bytes) * d.yScale}, {X: d.xmax, Y: toGiB(l.bytes) * d.yScale}})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		line.Color = colorOf[l.dev]
+		line.Color = d.colorOf[l.dev]
 		line.Width = vg.Points(1)
 		line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		label := fmt.Sprintf("%s %s", name, humanize.Bytes(l.bytes))
 		if l.draw {
-			p.Add(line)
+			d.p.Add(line)
 		} else {
 			line.Color = color.Transparent
 			label += " (far above)"
 		}
-		p.Legend.Add(label, line)
+		d.p.Legend.Add(label, line)
 	}
+	return nil
+}
 
-	// The devices' lines, one per attempt, one legend entry per device.
+// drawLines draws the devices' lines, one per attempt, one legend entry
+// per device.
+func (d *panelDraw) drawLines() error {
 	inLegend := map[string]bool{}
-	for _, k := range order {
-		s := lines[k]
-		if !want[s.dev] || len(s.pts) == 0 {
+	for _, k := range d.order {
+		s := d.lines[k]
+		if !d.want[s.dev] || len(s.pts) == 0 {
 			continue
 		}
-		pts := scaled(s.pts)
+		pts := make(plotter.XYs, len(s.pts))
+		for i, pt := range s.pts {
+			pts[i] = plotter.XY{X: pt.X, Y: pt.Y * d.yScale}
+		}
 		if len(pts) == 1 {
 			pts = append(pts, pts[0])
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		l.Color = colorOf[s.dev]
+		l.Color = d.colorOf[s.dev]
 		l.Width = vg.Points(1.4)
 		if s.dev == "ram" {
 			l.Width = vg.Points(1)
 		}
-		p.Add(l)
+		d.p.Add(l)
 		if !inLegend[s.dev] {
 			inLegend[s.dev] = true
 			label := deviceLabel(s.dev)
-			if s.dev == "ram" && ti.capacity["ram"] > 0 {
-				label += " (of " + humanize.Bytes(ti.capacity["ram"]) + ")"
+			if s.dev == "ram" && d.ti.capacity["ram"] > 0 {
+				label += " (of " + humanize.Bytes(d.ti.capacity["ram"]) + ")"
 			}
-			p.Legend.Add(label, l)
+			d.p.Legend.Add(label, l)
 		}
 	}
+	return nil
+}
 
-	if err := drawOOMFigures(p, run, figs, x, xmin, xmax, yScale); err != nil {
-		return nil, err
+// noteInLegend adds a line of text to the legend, with an invisible swatch.
+func (d *panelDraw) noteInLegend(note string) {
+	if note == "" {
+		return
 	}
+	l, _ := plotter.NewLine(plotter.XYs{{X: d.xmin, Y: -1}, {X: d.xmin, Y: -1}})
+	l.Color = color.Transparent
+	d.p.Legend.Add(note, l)
+}
 
-	if ramNote != "" {
-		l, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
-		l.Color = color.Transparent
-		p.Legend.Add(ramNote, l)
+// markAttempts marks each attempt: a bar along the top from its start to
+// its end, dashed lines at both; its out-of-memory failure in red, with its
+// figures.
+func (d *panelDraw) markAttempts() error {
+	if d.run.origin.IsZero() {
+		return nil
 	}
-
-	// Each attempt: a bar along the top from its start to its end, dashed
-	// lines at both; its out-of-memory failure in red, with its figures.
-	origin := run.origin
-	marks := &labelLayer{}
-	vline := func(xv float64, c color.Color, dashes []vg.Length, width vg.Length) error {
-		l, err := plotter.NewLine(plotter.XYs{{X: xv, Y: 0}, {X: xv, Y: ymax}})
+	oomSeen, spanSeen := false, false
+	for _, a := range d.run.Attempts {
+		if a.Start == nil {
+			continue
+		}
+		if err := d.markSpan(a, !spanSeen); err != nil {
+			return err
+		}
+		spanSeen = true
+		oom, err := d.markOOM(a)
 		if err != nil {
 			return err
 		}
-		l.Color, l.Width, l.Dashes = c, width, dashes
-		p.Add(l)
-		return nil
+		oomSeen = oomSeen || oom
 	}
-	// label writes s right of the line at xv or, if left and there is
-	// room, left of it (labelLayer places it).
-	label := func(xv float64, s string, left bool, c color.Color) {
-		if labels {
-			marks.add(xv, s, left, c)
-		}
+	if oomSeen {
+		sw, _ := plotter.NewLine(plotter.XYs{{X: d.xmin, Y: -1}, {X: d.xmin, Y: -1}})
+		sw.Color, sw.Width = oomColor, vg.Points(1.4)
+		d.p.Legend.Add("out of memory", sw)
 	}
-	if !origin.IsZero() {
-		dashed := []vg.Length{vg.Points(3), vg.Points(3)}
-		oomSeen, spanSeen := false, false
-		for _, a := range run.Attempts {
-			if a.Start == nil {
-				continue
-			}
-			x0 := x(a.Start.Sub(origin).Milliseconds())
-			x1 := xmax
-			if a.End != nil {
-				x1 = x(a.End.Sub(origin).Milliseconds())
-			}
-			if err := vline(x0, startColor, dashed, vg.Points(1)); err != nil {
-				return nil, err
-			}
-			if a.End != nil {
-				if err := vline(x1, startColor, dashed, vg.Points(1)); err != nil {
-					return nil, err
-				}
-			}
-			bar, err := plotter.NewLine(plotter.XYs{{X: x0, Y: ymax * 0.995}, {X: x1, Y: ymax * 0.995}})
-			if err != nil {
-				return nil, err
-			}
-			bar.Color, bar.Width = startColor, vg.Points(3)
-			p.Add(bar)
-			if !spanSeen {
-				p.Legend.Add("attempt (start to end)", bar)
-				spanSeen = true
-			}
-			name := fmt.Sprintf("attempt %d", a.N)
-			if a.ExitCode != nil {
-				name += fmt.Sprintf(" (exit %d)", *a.ExitCode)
-			}
-			if what := changedFor(run, a.N); what != "" {
-				// What the attempt was relaunched with, under its name.
-				name += "\nwith " + what
-			}
-			label(x0, name, false, startColor)
+	return nil
+}
 
-			oomAt := oomTime(a) // one mark per attempt
-			if oomAt.IsZero() {
-				continue
-			}
-			xo := x(oomAt.Sub(origin).Milliseconds())
-			if err := vline(xo, oomColor, nil, vg.Points(1.4)); err != nil {
-				return nil, err
-			}
-			oomSeen = true
-			// Left of its line, over the attempt it ended.
-			label(xo, oomLabel(a), true, oomColor)
-		}
-		if oomSeen {
-			sw, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: -1}, {X: xmin, Y: -1}})
-			sw.Color, sw.Width = oomColor, vg.Points(1.4)
-			p.Legend.Add("out of memory", sw)
+// markSpan draws an attempt's span (the bar, in the legend when inLegend,
+// and the dashed lines at its start and end) and labels it with its name,
+// its exit and what it was relaunched with.
+func (d *panelDraw) markSpan(a *Attempt, inLegend bool) error {
+	origin := d.run.origin
+	dashed := []vg.Length{vg.Points(3), vg.Points(3)}
+	x0 := d.x(a.Start.Sub(origin).Milliseconds())
+	x1 := d.xmax
+	if a.End != nil {
+		x1 = d.x(a.End.Sub(origin).Milliseconds())
+	}
+	if err := d.vline(x0, startColor, dashed, vg.Points(1)); err != nil {
+		return err
+	}
+	if a.End != nil {
+		if err := d.vline(x1, startColor, dashed, vg.Points(1)); err != nil {
+			return err
 		}
 	}
-	if len(marks.items) > 0 {
-		p.Add(marks)
-		run.labels = append(run.labels, marks)
+	bar, err := plotter.NewLine(plotter.XYs{{X: x0, Y: d.ymax * 0.995}, {X: x1, Y: d.ymax * 0.995}})
+	if err != nil {
+		return err
 	}
-	return p, nil
+	bar.Color, bar.Width = startColor, vg.Points(3)
+	d.p.Add(bar)
+	if inLegend {
+		d.p.Legend.Add("attempt (start to end)", bar)
+	}
+	name := fmt.Sprintf("attempt %d", a.N)
+	if a.ExitCode != nil {
+		name += fmt.Sprintf(" (exit %d)", *a.ExitCode)
+	}
+	if what := changedFor(d.run, a.N); what != "" {
+		// What the attempt was relaunched with, under its name.
+		name += "\nwith " + what
+	}
+	d.label(x0, name, false, startColor)
+	return nil
+}
+
+// markOOM draws an attempt's out-of-memory failure, if it had one: a red
+// line at its time, labelled left of it, over the attempt it ended.
+func (d *panelDraw) markOOM(a *Attempt) (marked bool, err error) {
+	oomAt := oomTime(a) // one mark per attempt
+	if oomAt.IsZero() {
+		return false, nil
+	}
+	xo := d.x(oomAt.Sub(d.run.origin).Milliseconds())
+	if err := d.vline(xo, oomColor, nil, vg.Points(1.4)); err != nil {
+		return false, err
+	}
+	d.label(xo, oomLabel(a), true, oomColor)
+	return true, nil
+}
+
+// vline draws a vertical line at xv, the panel's full height.
+func (d *panelDraw) vline(xv float64, c color.Color, dashes []vg.Length, width vg.Length) error {
+	l, err := plotter.NewLine(plotter.XYs{{X: xv, Y: 0}, {X: xv, Y: d.ymax}})
+	if err != nil {
+		return err
+	}
+	l.Color, l.Width, l.Dashes = c, width, dashes
+	d.p.Add(l)
+	return nil
+}
+
+// label writes s right of the line at xv or, if left and there is room,
+// left of it (labelLayer places it); on a labelled panel only.
+func (d *panelDraw) label(xv float64, s string, left bool, c color.Color) {
+	if d.labels {
+		d.marks.add(xv, s, left, c)
+	}
 }
 
 // oomLabel is an attempt's out-of-memory failure, with the figures its

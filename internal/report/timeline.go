@@ -36,103 +36,142 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		return nil, err
 	}
 	defer f.Close()
-	ti := &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*record.MemorySummary{}}
-	acc := map[int]map[classify.Phase]*record.PhaseSummary{}
-	seenDev := map[string]bool{}
-	lastMs := map[int]int64{}
-	var cur *span // open validation span
-	var curAttempt *span
+	sc := &timelineScan{
+		ti:      &timelineInfo{capacity: map[string]uint64{}, attempts: map[int]*record.MemorySummary{}},
+		acc:     map[int]map[classify.Phase]*record.PhaseSummary{},
+		seenDev: map[string]bool{},
+		lastMs:  map[int]int64{},
+	}
 	err = record.ReadTimeline(f, func(r record.TimelineRow) error {
-		if ti.rows == 0 || r.ElapsedMs < ti.minMs {
-			ti.minMs = r.ElapsedMs
-		}
-		if ti.rows == 0 || r.ElapsedMs > ti.maxMs {
-			ti.maxMs = r.ElapsedMs
-		}
-		ti.rows++
-		if !seenDev[r.Device] {
-			seenDev[r.Device] = true
-			ti.devices = append(ti.devices, r.Device)
-		}
-		if r.LimitBytes > ti.capacity[r.Device] {
-			ti.capacity[r.Device] = r.LimitBytes
-		}
-		// Spans: attempts and validation.
-		if curAttempt == nil || curAttempt.attempt != r.Attempt {
-			ti.attemptsAt = append(ti.attemptsAt, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
-			curAttempt = &ti.attemptsAt[len(ti.attemptsAt)-1]
-			cur = nil
-		}
-		curAttempt.end = r.ElapsedMs
-		if r.Phase == classify.PhaseVal {
-			if cur == nil {
-				ti.valSpans = append(ti.valSpans, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
-				cur = &ti.valSpans[len(ti.valSpans)-1]
-			}
-			cur.end = r.ElapsedMs
-		} else {
-			cur = nil
-		}
-		// Peaks per attempt and phase.
-		sum := ti.attempts[r.Attempt]
-		if sum == nil {
-			sum = &record.MemorySummary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
-			ti.attempts[r.Attempt] = sum
-			acc[r.Attempt] = map[classify.Phase]*record.PhaseSummary{}
-		}
-		newSample := false
-		if lm, ok := lastMs[r.Attempt]; !ok || lm != r.ElapsedMs {
-			sum.Samples++
-			lastMs[r.Attempt] = r.ElapsedMs
-			newSample = true
-		}
-		sum.LastMs = r.ElapsedMs
-		ps := acc[r.Attempt][r.Phase]
-		if ps == nil {
-			ps = &record.PhaseSummary{Phase: r.Phase}
-			acc[r.Attempt][r.Phase] = ps
-		}
-		if newSample {
-			ps.Samples++
-		}
-		switch {
-		case r.Device == "host":
-			if r.UsedBytes > ps.HostPeakBytes {
-				ps.HostPeakBytes, ps.HostPeakMs = r.UsedBytes, r.ElapsedMs
-			}
-			ps.HostLimitBytes = r.LimitBytes
-		case r.Device == "cgroup":
-			ps.CgroupPeakBytes = max(ps.CgroupPeakBytes, r.UsedBytes)
-			ps.CgroupLimitBytes = r.LimitBytes
-		case r.Device == "ram":
-			ps.RAMPeakBytes = max(ps.RAMPeakBytes, r.UsedBytes)
-			ps.RAMTotalBytes = r.LimitBytes
-		default:
-			var dp *record.DevicePeak
-			for i := range ps.GPU {
-				if ps.GPU[i].ID == r.Device {
-					dp = &ps.GPU[i]
-				}
-			}
-			if dp == nil {
-				ps.GPU = append(ps.GPU, record.DevicePeak{ID: r.Device})
-				dp = &ps.GPU[len(ps.GPU)-1]
-			}
-			if r.UsedBytes > dp.PeakBytes {
-				dp.PeakBytes, dp.PeakMs = r.UsedBytes, r.ElapsedMs
-			}
-			dp.CapacityBytes = r.LimitBytes
-			if r.JobKnown {
-				dp.PeakJobBytes = max(dp.PeakJobBytes, r.JobBytes)
-			}
-		}
+		sc.extent(r)
+		sc.spans(r)
+		sc.peak(sc.phase(r), r)
 		return nil
 	})
 	if err != nil {
-		return ti, fmt.Errorf("%s: %w", path, err)
+		return sc.ti, fmt.Errorf("%s: %w", path, err)
 	}
-	for n, phases := range acc {
-		sum := ti.attempts[n]
+	sc.summarize()
+	return sc.ti, nil
+}
+
+// timelineScan is scanTimeline's state between rows.
+type timelineScan struct {
+	ti         *timelineInfo
+	acc        map[int]map[classify.Phase]*record.PhaseSummary // per attempt and phase
+	seenDev    map[string]bool
+	lastMs     map[int]int64 // per attempt, its last sample's time
+	cur        *span         // open validation span
+	curAttempt *span
+}
+
+// extent follows the time span, the devices in first-seen order and each
+// device's capacity.
+func (sc *timelineScan) extent(r record.TimelineRow) {
+	ti := sc.ti
+	if ti.rows == 0 || r.ElapsedMs < ti.minMs {
+		ti.minMs = r.ElapsedMs
+	}
+	if ti.rows == 0 || r.ElapsedMs > ti.maxMs {
+		ti.maxMs = r.ElapsedMs
+	}
+	ti.rows++
+	if !sc.seenDev[r.Device] {
+		sc.seenDev[r.Device] = true
+		ti.devices = append(ti.devices, r.Device)
+	}
+	if r.LimitBytes > ti.capacity[r.Device] {
+		ti.capacity[r.Device] = r.LimitBytes
+	}
+}
+
+// spans follows the attempts' spans and the validation spans within them.
+func (sc *timelineScan) spans(r record.TimelineRow) {
+	ti := sc.ti
+	if sc.curAttempt == nil || sc.curAttempt.attempt != r.Attempt {
+		ti.attemptsAt = append(ti.attemptsAt, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
+		sc.curAttempt = &ti.attemptsAt[len(ti.attemptsAt)-1]
+		sc.cur = nil
+	}
+	sc.curAttempt.end = r.ElapsedMs
+	if r.Phase == classify.PhaseVal {
+		if sc.cur == nil {
+			ti.valSpans = append(ti.valSpans, span{attempt: r.Attempt, start: r.ElapsedMs, end: r.ElapsedMs})
+			sc.cur = &ti.valSpans[len(ti.valSpans)-1]
+		}
+		sc.cur.end = r.ElapsedMs
+	} else {
+		sc.cur = nil
+	}
+}
+
+// phase is the summary of the row's attempt and phase, its sample counted:
+// the rows of one sample (one per device) share its time.
+func (sc *timelineScan) phase(r record.TimelineRow) *record.PhaseSummary {
+	sum := sc.ti.attempts[r.Attempt]
+	if sum == nil {
+		sum = &record.MemorySummary{Attempt: r.Attempt, FirstMs: r.ElapsedMs}
+		sc.ti.attempts[r.Attempt] = sum
+		sc.acc[r.Attempt] = map[classify.Phase]*record.PhaseSummary{}
+	}
+	newSample := false
+	if lm, ok := sc.lastMs[r.Attempt]; !ok || lm != r.ElapsedMs {
+		sum.Samples++
+		sc.lastMs[r.Attempt] = r.ElapsedMs
+		newSample = true
+	}
+	sum.LastMs = r.ElapsedMs
+	ps := sc.acc[r.Attempt][r.Phase]
+	if ps == nil {
+		ps = &record.PhaseSummary{Phase: r.Phase}
+		sc.acc[r.Attempt][r.Phase] = ps
+	}
+	if newSample {
+		ps.Samples++
+	}
+	return ps
+}
+
+// peak takes the row's device's figures into the phase's peaks.
+func (sc *timelineScan) peak(ps *record.PhaseSummary, r record.TimelineRow) {
+	switch {
+	case r.Device == "host":
+		if r.UsedBytes > ps.HostPeakBytes {
+			ps.HostPeakBytes, ps.HostPeakMs = r.UsedBytes, r.ElapsedMs
+		}
+		ps.HostLimitBytes = r.LimitBytes
+	case r.Device == "cgroup":
+		ps.CgroupPeakBytes = max(ps.CgroupPeakBytes, r.UsedBytes)
+		ps.CgroupLimitBytes = r.LimitBytes
+	case r.Device == "ram":
+		ps.RAMPeakBytes = max(ps.RAMPeakBytes, r.UsedBytes)
+		ps.RAMTotalBytes = r.LimitBytes
+	default:
+		var dp *record.DevicePeak
+		for i := range ps.GPU {
+			if ps.GPU[i].ID == r.Device {
+				dp = &ps.GPU[i]
+			}
+		}
+		if dp == nil {
+			ps.GPU = append(ps.GPU, record.DevicePeak{ID: r.Device})
+			dp = &ps.GPU[len(ps.GPU)-1]
+		}
+		if r.UsedBytes > dp.PeakBytes {
+			dp.PeakBytes, dp.PeakMs = r.UsedBytes, r.ElapsedMs
+		}
+		dp.CapacityBytes = r.LimitBytes
+		if r.JobKnown {
+			dp.PeakJobBytes = max(dp.PeakJobBytes, r.JobBytes)
+		}
+	}
+}
+
+// summarize puts each attempt's phases in its summary, in phase order, with
+// the headroom and peak fractions their peaks and limits give.
+func (sc *timelineScan) summarize() {
+	for n, phases := range sc.acc {
+		sum := sc.ti.attempts[n]
 		for _, ps := range phases {
 			sort.Slice(ps.GPU, func(i, j int) bool { return deviceLess(ps.GPU[i].ID, ps.GPU[j].ID) })
 			for i := range ps.GPU {
@@ -151,7 +190,6 @@ func scanTimeline(path string) (*timelineInfo, error) {
 		}
 		sort.Slice(sum.Phases, func(i, j int) bool { return sum.Phases[i].Phase.Less(sum.Phases[j].Phase) })
 	}
-	return ti, nil
 }
 
 // deviceLess orders gpu2 before gpu10, GPUs before host, cgroup, ram.

@@ -182,9 +182,41 @@ func (t *Tree) scan(full bool) []Proc {
 	if full {
 		t.quick = 0
 	}
+	procs, err := t.readProcs(full)
+	if err != nil {
+		return nil
+	}
+	// The members seen before, unless gone or their pid reused; then their
+	// descendants; then the holders of the marker, and theirs.
+	t.keepMembers(procs)
+	t.addChildren(procs)
+	if t.marker != nil {
+		t.takeMarked(procs, full)
+	}
+	out := t.members(procs)
+	t.mu.Lock()
+	for i := range out {
+		if out[i].PID == t.root {
+			out[0], out[i] = out[i], out[0]
+			break
+		}
+	}
+	t.last = append(t.last[:0], out...)
+	t.mu.Unlock()
+	for pid, n := range t.outside {
+		if n != t.scans {
+			delete(t.outside, pid) // gone, or a member now
+		}
+	}
+	return out
+}
+
+// readProcs lists /proc and reads the stat file of each process, or on a
+// quick scan of the members and of the processes not known to be outside.
+func (t *Tree) readProcs(full bool) ([]Proc, error) {
 	var err error
 	if t.pidBuf, err = t.fs.pids(t.pidBuf); err != nil {
-		return nil
+		return nil, err
 	}
 	t.scans++
 	procs := t.procs[:0]
@@ -200,9 +232,12 @@ func (t *Tree) scan(full bool) []Proc {
 		}
 	}
 	t.procs = procs
+	return procs, nil
+}
 
-	// The members seen before, unless gone or their pid reused; then their
-	// descendants; then the holders of the marker, and theirs.
+// keepMembers starts t.in from the members seen before that are still
+// there with the same start time, and forgets the others.
+func (t *Tree) keepMembers(procs []Proc) {
 	in := t.in
 	clear(in)
 	for _, p := range procs {
@@ -215,48 +250,56 @@ func (t *Tree) scan(full bool) []Proc {
 			delete(t.seen, pid)
 		}
 	}
-	t.addChildren(procs)
-	if t.marker != nil {
-		found := false
+}
+
+// takeMarked takes in the processes that carry the marker in their
+// environment, and their descendants. A process found without it is not
+// read again; one whose environment could not be read yet is, at the next
+// scan. A full scan forgets the checked processes that are gone.
+func (t *Tree) takeMarked(procs []Proc, full bool) {
+	in := t.in
+	found := false
+	for _, p := range procs {
+		if in[p.PID] || p.Start < t.since || p.PID == t.exclude || p.PID == 2 || p.PPID == 2 {
+			continue // a member, too old, us, or a kernel thread
+		}
+		id := procID{p.PID, p.Start}
+		if t.checked[id] {
+			continue
+		}
+		switch has, known := t.fs.hasEnv(p.PID, t.marker); {
+		case has:
+			in[p.PID], found = true, true
+		case known:
+			t.checked[id] = true
+		default:
+			t.undecided = append(t.undecided, p.PID)
+		}
+	}
+	if found {
+		t.addChildren(procs)
+	}
+	if full && len(t.checked) > len(procs) {
+		live := make(map[procID]bool, len(procs))
 		for _, p := range procs {
-			if in[p.PID] || p.Start < t.since || p.PID == t.exclude || p.PID == 2 || p.PPID == 2 {
-				continue // a member, too old, us, or a kernel thread
-			}
-			id := procID{p.PID, p.Start}
-			if t.checked[id] {
-				continue
-			}
-			switch has, known := t.fs.hasEnv(p.PID, t.marker); {
-			case has:
-				in[p.PID], found = true, true
-			case known:
-				t.checked[id] = true
-			default:
-				t.undecided = append(t.undecided, p.PID)
-			}
+			live[procID{p.PID, p.Start}] = true
 		}
-		if found {
-			t.addChildren(procs)
-		}
-		if full && len(t.checked) > len(procs) {
-			live := make(map[procID]bool, len(procs))
-			for _, p := range procs {
-				live[procID{p.PID, p.Start}] = true
-			}
-			for id := range t.checked {
-				if !live[id] {
-					delete(t.checked, id)
-				}
+		for id := range t.checked {
+			if !live[id] {
+				delete(t.checked, id)
 			}
 		}
 	}
+}
 
-	// Those not taken in are outside, zombies included: a zombie cannot
-	// fork, and its parent can only change to a reaper. Those whose
-	// environment could not be read yet are read again at the next scan.
-	out := make([]Proc, 0, len(in))
+// members are the processes taken in; they are remembered as members
+// (zombies aside). Those not taken in are outside, zombies included: a
+// zombie cannot fork, and its parent can only change to a reaper. Those
+// whose environment could not be read yet are read again at the next scan.
+func (t *Tree) members(procs []Proc) []Proc {
+	out := make([]Proc, 0, len(t.in))
 	for _, p := range procs {
-		if in[p.PID] {
+		if t.in[p.PID] {
 			out = append(out, p)
 			if !p.Zombie() {
 				t.seen[p.PID] = p.Start
@@ -269,20 +312,6 @@ func (t *Tree) scan(full bool) []Proc {
 		delete(t.outside, pid)
 	}
 	t.undecided = t.undecided[:0]
-	t.mu.Lock()
-	for i := range out {
-		if out[i].PID == t.root {
-			out[0], out[i] = out[i], out[0]
-			break
-		}
-	}
-	t.last = append(t.last[:0], out...)
-	t.mu.Unlock()
-	for pid, n := range t.outside {
-		if n != t.scans {
-			delete(t.outside, pid) // gone, or a member now
-		}
-	}
 	return out
 }
 
