@@ -219,7 +219,7 @@ var ckptName = regexp.MustCompile(`^step_(\d+)\.ckpt$`)
 // (a leftover temp file included), and returns them by step.
 func checkpoints(t *testing.T, dir string) map[int]checkpoint {
 	t.Helper()
-	ckdir := filepath.Join(dir, "checkpoints", "example")
+	ckdir := filepath.Join(dir, ".gpuguard", "example")
 	ents, err := os.ReadDir(ckdir)
 	if err != nil {
 		t.Fatalf("checkpoint directory: %v", err)
@@ -414,7 +414,7 @@ func TestResumeContinuesAfterTheCheckpointAndNeverRepeatsAStep(t *testing.T) {
 	if first.code != 1 {
 		t.Fatalf("first attempt should die of OOM\n%v", first)
 	}
-	ckpt := filepath.Join(dir, "checkpoints", "example", "step_50.ckpt")
+	ckpt := filepath.Join(dir, ".gpuguard", "example", "step_50.ckpt")
 	r := run(t, dir, []string{"VAL_CROP_SIZE=256"}, "--batch-size", "16", "--grad-accum", "2", "--resume", ckpt)
 	if r.code != 0 {
 		t.Fatalf("resumed run failed\n%v", r)
@@ -436,7 +436,7 @@ func TestResumeContinuesAfterTheCheckpointAndNeverRepeatsAStep(t *testing.T) {
 	checkpoints(t, dir)
 
 	// Resuming from the last step does nothing and says so.
-	done := filepath.Join(dir, "checkpoints", "example", "step_200.ckpt")
+	done := filepath.Join(dir, ".gpuguard", "example", "step_200.ckpt")
 	n := run(t, dir, nil, "--resume", done)
 	if n.code != 0 || len(steps(t, n.stdout)) != 0 || !strings.Contains(n.stdout, "nothing to do") {
 		t.Errorf("resume at the last step should train nothing\n%v", n)
@@ -498,7 +498,7 @@ func TestSIGTERMWritesACheckpointAndExits143(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
 		t.Fatalf("want exit 143 after SIGTERM, got %v\n%v", err, r)
 	}
-	want := fmt.Sprintf("SIGTERM received: checkpoint of step %d is in checkpoints/example; exiting", lastStep)
+	want := fmt.Sprintf("SIGTERM received: checkpoint of step %d is in .gpuguard/example; exiting", lastStep)
 	if !strings.Contains(r.stdout, want) {
 		t.Fatalf("want %q (the last step printed)\n%v", want, r)
 	}

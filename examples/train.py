@@ -80,7 +80,7 @@ DEFAULTS = {
         "ckpt_every": 25,
         "step_ms": 12,
     },
-    "output": {"dir": "checkpoints/example"},
+    "output": {"dir": ".gpuguard/example"},
 }
 
 

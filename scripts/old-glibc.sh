@@ -4,7 +4,7 @@
 # release test (scripts/release_test.go), which starts the release binary
 # with that glibc's dynamic linker and libraries:
 #
-#   DIR/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path DIR/lib/x86_64-linux-gnu dist/gpuguard-linux-amd64 version
+#   DIR/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path DIR/lib/x86_64-linux-gnu .gpuguard/dist/gpuguard-linux-amd64 version
 #
 # Glibc 2.28 itself (Debian 10, RHEL 8) is no longer on the archive's main
 # mirror; 2.31 is older than 2.34, so it still has libpthread, libdl and

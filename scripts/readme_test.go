@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -40,10 +41,11 @@ func readmeBlocks(t *testing.T, from, to string) []string {
 }
 
 // The README's commands, from "Try it" to "Install", work in a fresh clone
-// (of the last commit: uncommitted edits are not in it)
-// and leave nothing there that git sees: the next build's version (git
-// describe --dirty) does not read "modified". What they leave is ignored by
-// .gitignore, and listed in the test's log.
+// (of the last commit: uncommitted edits are not in it) and leave nothing in
+// it but .gpuguard/, gpuguard's own folder, which git ignores: the clone's
+// top-level entries, ignored ones included, are the same before and after
+// but for .gpuguard, nothing else anywhere is new, ignored or not, and the
+// next build's version (git describe --dirty) does not read "modified".
 func TestReadmeLeavesCloneClean(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds gpuguard three times and runs the example: not in -short")
@@ -59,6 +61,10 @@ func TestReadmeLeavesCloneClean(t *testing.T) {
 	clone := filepath.Join(t.TempDir(), "gpuguard")
 	if out, err := exec.Command("git", "clone", "-q", root, clone).CombinedOutput(); err != nil {
 		t.Fatalf("git clone %s: %v\n%s", root, err, out)
+	}
+	before := topLevel(t, clone)
+	if before[".gpuguard"] {
+		t.Fatalf("a fresh clone of %s holds .gpuguard: is it committed?", root)
 	}
 	gobin := t.TempDir()
 	blocks := readmeBlocks(t, "## Try it (no GPU needed)", "## Test")
@@ -89,15 +95,65 @@ func TestReadmeLeavesCloneClean(t *testing.T) {
 		t.Errorf("go install . put no gpuguard in GOBIN: %v", err)
 	}
 
-	status, err := gitIn(clone, "status", "--porcelain")
-	if err != nil || status != "" {
-		t.Errorf("the README's commands left files git sees in the clone (git status --porcelain: %v):\n%s", err, status)
+	// The root: what was there, and .gpuguard, nothing else.
+	after := topLevel(t, clone)
+	for name := range after {
+		if !before[name] && name != ".gpuguard" {
+			t.Errorf("the README's commands left %s in the clone's root; what they write belongs under .gpuguard/", name)
+		}
+	}
+	for name := range before {
+		if !after[name] {
+			t.Errorf("the README's commands removed %s from the clone's root", name)
+		}
+	}
+	if !after[".gpuguard"] {
+		t.Errorf("the README's commands made no .gpuguard in the clone's root, where its text says they write")
+	}
+	// Anywhere in the clone: .gpuguard/ is all git lists, ignored files
+	// included (a __pycache__ beside the example would show here).
+	status, err := gitIn(clone, "status", "--porcelain", "--ignored")
+	if err != nil || status != "!! .gpuguard/\n" {
+		t.Errorf("after the README's commands, git status --porcelain --ignored lists more than .gpuguard/ (%v):\n%s", err, status)
 	}
 	if v, err := gitIn(clone, "describe", "--always", "--dirty"); err != nil || strings.HasSuffix(strings.TrimSpace(v), "-dirty") {
 		t.Errorf("git describe --dirty after the README's commands: %q %v", v, err)
 	}
-	ignored, _ := gitIn(clone, "status", "--porcelain", "--ignored")
-	t.Logf("left in the clone, ignored by git:\n%s", ignored)
+	// The release binaries the README's table names are where it says.
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := regexp.MustCompile("(?m)^\\| `([^`]*gpuguard-linux-amd64[^`]*)` \\|").FindAllStringSubmatch(string(readme), -1)
+	if len(bins) != 2 {
+		t.Errorf("README.md's release table names %d binaries, want 2 (the NVML and the static one)", len(bins))
+	}
+	for _, m := range bins {
+		if _, err := os.Stat(filepath.Join(clone, m[1])); err != nil {
+			t.Errorf("README.md's release table names %s, which scripts/release.sh did not write: %v", m[1], err)
+		}
+	}
+	gg, _ := os.ReadDir(filepath.Join(clone, ".gpuguard"))
+	var names []string
+	for _, e := range gg {
+		names = append(names, e.Name())
+	}
+	t.Logf("left in the clone: .gpuguard/ holding %s", strings.Join(names, ", "))
+}
+
+// topLevel is the set of entries in dir, hidden and git-ignored ones
+// included.
+func topLevel(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	return names
 }
 
 func gitIn(dir string, args ...string) (string, error) {

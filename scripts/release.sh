@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Release build (README "Install"): two binaries in DIR (default dist/, which
-# git ignores), each checked with objdump -T for the C library it needs.
+# Release build (README "Install"): two binaries in DIR, each checked with
+# objdump -T for the C library it needs. DIR is relative to the folder the
+# script is started from; without it, .gpuguard/dist in the repository (git
+# ignores .gpuguard/, gpuguard's own folder), so that nothing is left in the
+# repository's root.
 #
 #   gpuguard-linux-amd64         cgo, samples GPU memory through NVML (go-nvml
 #                                dlopens libnvidia-ml.so.1); starts on glibc
@@ -16,9 +19,20 @@
 # Needs go, gcc, binutils (objdump, objcopy) and git; the version is
 # `git describe`, set with -ldflags -X main.version.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 root=$PWD
-out=${1:-dist}
+if [ $# -gt 0 ]; then
+  case $1 in
+    /*) out=$1 ;;
+    *) out=$caller/$1 ;;
+  esac
+  shown=$1
+else
+  out=$root/.gpuguard/dist
+  shown=$out
+  [ "$caller" = "$root" ] && shown=.gpuguard/dist
+fi
 glibc=${GPUGUARD_GLIBC:-2.28}
 export GPUGUARD_GLIBC=$glibc
 for tool in go gcc objdump objcopy; do
@@ -41,12 +55,12 @@ needs() { { objdump -T "$1" 2>/dev/null || true; } | { grep -o 'GLIBC_[0-9.]*[0-
 cgo=$(needs "$out/gpuguard-linux-amd64")
 static=$(needs "$out/gpuguard-linux-amd64-nonvml")
 if [ -n "$static" ]; then
-  echo "release: $out/gpuguard-linux-amd64-nonvml needs glibc $static; it must need none" >&2
+  echo "release: $shown/gpuguard-linux-amd64-nonvml needs glibc $static; it must need none" >&2
   exit 1
 fi
 if [ -z "$cgo" ] || [ "$(printf '%s\n%s\n' "$cgo" "$glibc" | sort -V | tail -1)" != "$glibc" ]; then
-  echo "release: $out/gpuguard-linux-amd64 needs glibc ${cgo:-(none found: is it dynamically linked?)}, not $glibc or older as the README states (objdump -T $out/gpuguard-linux-amd64)" >&2
+  echo "release: $shown/gpuguard-linux-amd64 needs glibc ${cgo:-(none found: is it dynamically linked?)}, not $glibc or older as the README states (objdump -T $shown/gpuguard-linux-amd64)" >&2
   exit 1
 fi
-echo "$out/gpuguard-linux-amd64: $version, NVML; its newest glibc symbol version is $cgo (objdump -T): starts on glibc $glibc (RHEL/Rocky 8) and later"
-echo "$out/gpuguard-linux-amd64-nonvml: $version, static, needs no glibc; samples no GPU memory"
+echo "$shown/gpuguard-linux-amd64: $version, NVML; its newest glibc symbol version is $cgo (objdump -T): starts on glibc $glibc (RHEL/Rocky 8) and later"
+echo "$shown/gpuguard-linux-amd64-nonvml: $version, static, needs no glibc; samples no GPU memory"

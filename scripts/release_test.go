@@ -140,13 +140,20 @@ func onOldGlibc(lib, dir, bin string, args ...string) *exec.Cmd {
 
 func TestRelease(t *testing.T) {
 	tools(t)
-	dist := t.TempDir()
-	cmd := exec.Command("bash", "release.sh", dist)
+	// DIR is relative to the folder release.sh is started from, not to the
+	// repository it changes into.
+	caller := t.TempDir()
+	dist := filepath.Join(caller, "out")
+	cmd := exec.Command("bash", absPath(t, "release.sh"), "out")
+	cmd.Dir = caller
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("bash scripts/release.sh %s: %v\n%s", dist, err, out)
+		t.Fatalf("bash scripts/release.sh out, in %s: %v\n%s", caller, err, out)
 	}
 	t.Logf("release.sh:\n%s", out)
+	if !strings.Contains(string(out), "\nout/gpuguard-linux-amd64-nonvml: ") {
+		t.Errorf("release.sh does not name its binaries as DIR was given (out/...):\n%s", out)
+	}
 	nvml := filepath.Join(dist, "gpuguard-linux-amd64")
 	static := filepath.Join(dist, "gpuguard-linux-amd64-nonvml")
 	if !strings.Contains(string(out), "starts on glibc "+oldest) {

@@ -460,7 +460,7 @@ exec %s run --policy policy.yaml -- %s
 	if saved <= 50 || saved >= 100 {
 		t.Fatalf("the job saved no checkpoint between steps 50 and 100 on SIGTERM:\n%s", out)
 	}
-	ckpt := fmt.Sprintf("checkpoints/example/step_%d.ckpt", saved)
+	ckpt := fmt.Sprintf(".gpuguard/example/step_%d.ckpt", saved)
 	slurmtest.WantContains(t, "the job's output", out,
 		"SIGTERM: no more relaunches here",
 		"attempt 2 ended (exit status 143) after SIGTERM: not relaunching here, the job is requeued",
