@@ -675,7 +675,7 @@ func TestWatchExampleJob(t *testing.T) {
 	}
 	config := filepath.Join(filepath.Dir(script), "config.yaml")
 	dir := t.TempDir()
-	spec := Spec{Globs: []string{"checkpoints/example/step_*.ckpt"}, Choose: "highest_step", Quiet: 10 * time.Second, Poll: time.Hour}
+	spec := Spec{Globs: []string{".gpuguard/example/step_*.ckpt"}, Choose: "highest_step", Quiet: 10 * time.Second, Poll: time.Hour}
 	rec := newCkptRecorder()
 	w, err := watchCheckpoints(dir, spec, nil, rec.opts(ckptWatchOpts{}))
 	if err != nil {
@@ -703,7 +703,7 @@ func TestWatchExampleJob(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("example job: %v\n%s", err, out)
 	}
-	rec.barrier(t, filepath.Join(dir, "checkpoints", "example"))
+	rec.barrier(t, filepath.Join(dir, ".gpuguard", "example"))
 	c := ckptWantLatest(t, w, "step_60.ckpt")
 	if c.Why != "renamed into place" || ckptStepOf(c) != 60 {
 		t.Errorf("latest: %+v", c)
