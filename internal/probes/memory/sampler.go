@@ -76,6 +76,9 @@ type SamplerConfig struct {
 	// GPUTimeout bounds how long one tick waits for NVML (0: 1 s). A stuck
 	// NVML call makes later ticks go on without GPU figures.
 	GPUTimeout time.Duration
+	// SlurmMemBytes is the Slurm job's memory request (0: none, or outside
+	// Slurm), for naming the host ceiling (procfs.ReadCeiling).
+	SlurmMemBytes uint64
 }
 
 // The sampler's results are record types: report reads them from
@@ -94,6 +97,7 @@ const (
 	WarnHostMemory = record.WarnHostMemory
 	WarnValPeak    = record.WarnValPeak
 	WarnLeakTrend  = record.WarnLeakTrend
+	WarnGrowth     = record.WarnGrowth
 )
 
 // Sampler samples a job's GPU and host memory from outside: at BaseHz,
@@ -136,6 +140,15 @@ type Sampler struct {
 	hostHot    map[string]bool   // "cgroup"/"ram" currently over the warning line
 	lastHost   procfs.HostSample // the last host sample, for LastHost
 	gpuWhy     string
+	// The host ceiling that applies to the job (procfs.ReadCeiling), read
+	// from the root process when it changes and again at each phase change
+	// (a wrapper may set ulimit -d after the start); ceilingPID is the
+	// process it was read from, ceilingStale asks for a new reading.
+	ceiling      procfs.Ceiling
+	ceilingPID   int
+	ceilingStale bool
+	// growthWarned: the phase/device projections already warned about.
+	growthWarned map[string]bool
 }
 
 // memPhaseRun is one uninterrupted stretch of a phase (one epoch's validation,
@@ -171,6 +184,12 @@ type memPhaseAcc struct {
 	ram        uint64
 	ramTotal   uint64
 	maxWorkers int
+	// The host ceiling (its kind and bytes) and the peak use of it, in its
+	// own units (VmData under RLIMIT_DATA, VmSize under RLIMIT_AS, the
+	// cgroup's working set under a cgroup or Slurm, else the tree's PSS).
+	ceilKind  string
+	ceilBytes uint64
+	ceilPeak  uint64
 	// start: the largest fraction of a GPU in use at the phase's first
 	// sample with GPU figures, about its fixed part (weights, CUDA context,
 	// optimizer states once made); startSet once taken.
@@ -222,6 +241,8 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 		valWarned:  map[string]bool{},
 		leakWarned: map[string]int64{},
 		hostHot:    map[string]bool{},
+
+		growthWarned: map[string]bool{},
 	}
 	s.host.KeepOpen()
 	if ok, why := cfg.GPU.Available(); !ok {
@@ -301,23 +322,24 @@ func (s *Sampler) loop(ctx context.Context, sample func(context.Context)) {
 func (s *Sampler) tickJob(ctx context.Context, job procfs.ProcessList) {
 	now := s.cfg.Now()
 	hs, err := s.host.ReadJob(job, now, false)
-	s.sample(ctx, now, hs, err)
+	s.sample(ctx, now, job.PID(), hs, err)
 }
 
 // tick takes one sample of the tree of pid.
 func (s *Sampler) tick(ctx context.Context, pid int) {
 	now := s.cfg.Now()
 	hs, err := s.host.Read(pid, now, false)
-	s.sample(ctx, now, hs, err)
+	s.sample(ctx, now, pid, hs, err)
 }
 
 // sample completes a sample whose host part is hs: the GPUs, with the pids
 // of the processes measured, then the bookkeeping, the timeline rows and
 // the warnings.
-func (s *Sampler) sample(ctx context.Context, now time.Time, hs procfs.HostSample, err error) {
+func (s *Sampler) sample(ctx context.Context, now time.Time, pid int, hs procfs.HostSample, err error) {
 	if err != nil {
 		return // the root exited: the attempt is ending
 	}
+	use := s.ceilingUse(pid, hs)
 	s.pids = s.host.Pids(s.pids)
 	var gs []gpu.Sample
 	if s.gpuWhy == "" {
@@ -326,7 +348,48 @@ func (s *Sampler) sample(ctx context.Context, now time.Time, hs procfs.HostSampl
 		cancel()
 		s.noteGPUError(err)
 	}
-	s.record(now, hs, gs)
+	s.record(now, hs, gs, use)
+}
+
+// ceilingUse reads the host ceiling of root process pid when it is not
+// known yet (or a phase change made it stale), and returns the job's use of
+// it: the root's VmData or VmSize under an rlimit (the kernel counts those
+// per process), the cgroup's working set under a cgroup or Slurm, else the
+// tree's PSS. Run goroutine only.
+func (s *Sampler) ceilingUse(pid int, hs procfs.HostSample) uint64 {
+	s.mu.Lock()
+	stale := s.ceilingStale || s.ceilingPID != pid
+	s.ceilingStale = false
+	c := s.ceiling
+	s.mu.Unlock()
+	root := cmp.Or(s.cfg.ProcRoot, "/proc")
+	if stale {
+		if got, err := procfs.ReadCeiling(root, pid, s.cfg.SlurmMemBytes); err == nil {
+			c = got
+		}
+		s.mu.Lock()
+		s.ceiling, s.ceilingPID = c, pid
+		s.mu.Unlock()
+	}
+	switch c.Kind {
+	case procfs.CeilingData, procfs.CeilingAS:
+		if u, ok := procfs.Usage(root, pid, c.Kind); ok {
+			return u
+		}
+	case procfs.CeilingCgroup, procfs.CeilingSlurm:
+		if hs.Cgroup != nil && hs.Cgroup.LimitBytes > 0 {
+			return hs.Cgroup.WorkingSetBytes
+		}
+	}
+	return hs.TreeBytes()
+}
+
+// Ceiling is the host ceiling that applies to the job, as last read (the
+// zero Ceiling: none below the machine's RAM).
+func (s *Sampler) Ceiling() procfs.Ceiling {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ceiling
 }
 
 // noteGPUError logs a GPU sampling error when it differs from the last one.
@@ -351,7 +414,7 @@ func (s *Sampler) noteGPUError(err error) {
 
 // record folds one sample into the summary, the run, the timeline and the
 // warnings.
-func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
+func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample, use uint64) {
 	ms := now.Sub(s.cfg.Origin).Milliseconds()
 	var warns []Warning
 
@@ -418,10 +481,18 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 	acc.hostLimit = limit
 	acc.maxWorkers = max(acc.maxWorkers, hs.Workers)
 	s.lastHost = hs
-	if tree > run.host {
-		run.host = tree
+	// The run's host figure is the use of the ceiling that applies, in its
+	// units: what the projection and the leak trend compare with it.
+	capBytes := limit
+	if s.ceiling.Bytes > 0 {
+		capBytes = s.ceiling.Bytes
 	}
-	run.hostCap = limit
+	acc.ceilKind, acc.ceilBytes = s.ceiling.Kind, capBytes
+	acc.ceilPeak = max(acc.ceilPeak, use)
+	if use > run.host {
+		run.host = use
+	}
+	run.hostCap = capBytes
 	ramUsed := uint64(0)
 	if hs.MemTotalBytes > hs.MemAvailableBytes {
 		ramUsed = hs.MemTotalBytes - hs.MemAvailableBytes
@@ -578,6 +649,7 @@ func (s *Sampler) setPhase(p classify.Phase, epoch int64) {
 	warns := s.endRun()
 	s.phase, s.epoch = p, epoch
 	s.changed = s.cfg.Now()
+	s.ceilingStale = true
 	s.startRun(p, epoch)
 	s.mu.Unlock()
 	select {
@@ -633,7 +705,7 @@ func (s *Sampler) endRun() []Warning {
 	}, LeakMinRiseHost); ok {
 		warns = append(warns, w)
 	}
-	return warns
+	return s.growthWarnings(warns, r.phase)
 }
 
 // leakTrend looks at the tail of a phase's history for one device: at least
@@ -726,7 +798,7 @@ func (s *Sampler) Summary() Summary {
 		a := s.acc[p]
 		ps := PhaseSummary{Phase: p, Samples: a.samples, HostPeakBytes: a.host, HostLimitBytes: a.hostLimit, HostPeakMs: a.hostMs,
 			CgroupPeakBytes: a.cg, CgroupLimitBytes: a.cgLimit, RAMPeakBytes: a.ram, RAMTotalBytes: a.ramTotal, MaxWorkers: a.maxWorkers,
-			StartFraction: a.start}
+			StartFraction: a.start, HostCeiling: a.ceilKind, HostCeilingBytes: a.ceilBytes, HostCeilingPeakBytes: a.ceilPeak}
 		if a.hostLimit > 0 {
 			ps.HostPeakFraction = float64(a.host) / float64(a.hostLimit)
 		}
