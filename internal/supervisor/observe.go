@@ -105,6 +105,9 @@ func (l *loop) newClassifier(a *attemptRun) (*classify.Classifier, error) {
 		OnEvent: func(ev classify.Event) {
 			switch ev.Type {
 			case classify.EventStep:
+				if ev.Epoch >= 0 && ev.Epoch != a.epoch && !a.probePhase.Load() {
+					a.sampler.SetPhase(a.sampler.Phase(), ev.Epoch) // a new epoch is a new run of the phase
+				}
 				if ev.Epoch >= 0 {
 					a.epoch = ev.Epoch
 				}

@@ -70,8 +70,12 @@ func (s *Sampler) project(p classify.Phase, h []memRunPeak) []Projection {
 		var capacity uint64
 		for _, r := range h {
 			v, c, ok := get(r)
+			if !ok || len(runs) > 0 && c != capacity {
+				// A gap, or another ceiling (an rlimit read after the start:
+				// another unit): the runs before it are another stretch.
+				runs = runs[:0]
+			}
 			if !ok {
-				runs = runs[:0] // a gap: the runs before it are another stretch
 				continue
 			}
 			runs = append(runs, RunPeak{Label: r.label, Bytes: v})

@@ -1,0 +1,209 @@
+package supervisor
+
+// preventHook acts before the crash (the policy's prevent: section). While
+// an attempt runs it follows the job's checkpoints; when one completes, it
+// asks the memory sampler for its projections (memory.Project: a fit over
+// each phase's per-epoch peaks against the ceiling that applies), and the
+// policy (PreventGrowth) whether the worst of them, which will not fit in
+// the next epoch, is reason to stop the job at this boundary. If so it
+// stops the attempt as any stop does (SIGTERM to the tree, then SIGKILL
+// after the grace), and the settle stage relaunches it at once from that
+// checkpoint with the decision's values: a fresh process has its memory
+// back. The probes observe, the policy decides, this hook acts.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/policy"
+	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
+	"github.com/gpuguard/gpuguard/internal/probes/memory"
+	"github.com/gpuguard/gpuguard/internal/rundir"
+	"github.com/gpuguard/gpuguard/internal/rundir/record"
+)
+
+type preventHook struct {
+	l *loop
+
+	mu      sync.Mutex
+	cur     *attemptRun
+	since   time.Time // the attempt's start: older checkpoints are not its boundaries
+	stopped bool      // this hook stopped the current attempt, with d, from ckpt
+	d       policy.Decision
+	ckpt    string
+	said    string // the last reason not to act, said once per attempt
+	next    string // the checkpoint the next attempt resumes from
+}
+
+// newPreventHook is the hook when the policy asks for prevention and the
+// run can act on it (nil, having said why, when it cannot).
+func newPreventHook(l *loop, inGroup bool) *preventHook {
+	if _, on := l.pol.Prevent(); !on {
+		return nil
+	}
+	switch {
+	case inGroup:
+		l.job.Status.Printf("prevent: not in a group of ranks (one rank's restart would stop the others); memory growth is only warned about")
+		return nil
+	case l.ckpts == nil:
+		l.job.Status.Printf("prevent: the job's checkpoints cannot be watched; memory growth is only warned about")
+		return nil
+	}
+	return &preventHook{l: l}
+}
+
+func (h *preventHook) attemptStarting(a *attemptRun) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cur, h.since, h.stopped, h.said = a, time.Now(), false, ""
+}
+
+func (h *preventHook) started(a *attemptRun, p process) { go h.watch(a, p) }
+
+// watch looks at each checkpoint completed while attempt a runs, until it
+// ends or this hook stops it.
+func (h *preventHook) watch(a *attemptRun, p process) {
+	updates := h.l.ckpts.Updates()
+	for {
+		select {
+		case <-p.Done():
+			return
+		case c, ok := <-updates:
+			if !ok {
+				return
+			}
+			if h.consider(a, p, c) {
+				return
+			}
+		}
+	}
+}
+
+// consider asks the policy about the worst projection at checkpoint c, and
+// stops the attempt when it says so.
+func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint) bool {
+	h.mu.Lock()
+	since := h.since
+	h.mu.Unlock()
+	if !c.Complete || c.ModTime.Before(since) || a.plan.ckpt != "" && filepath.Clean(c.Path) == filepath.Clean(a.plan.ckpt) {
+		return false
+	}
+	var worst *memory.Projection
+	for _, pr := range a.sampler.Projections() {
+		if pr.NextWontFit {
+			worst = &pr
+			break
+		}
+	}
+	if worst == nil {
+		return false
+	}
+	g := policy.Growth{Attempt: a.n, Phase: classify.Phase(worst.Phase), Device: worst.Device, Ceiling: worst.Ceiling,
+		CeilingBytes: worst.CeilingBytes, From: worst.From, To: worst.To, Runs: worst.Runs, Epochs: worst.Epochs,
+		SlopeBytes: worst.SlopeBytes, MarginBytes: worst.MarginBytes, LastBytes: worst.LastBytes,
+		NextLabel: worst.NextLabel, NextBytes: worst.NextBytes, NextWontFit: true, Cause: policy.GrowthLeak,
+		Checkpoint: displayPath(c.Path, h.l.wd)}
+	if hs := a.sampler.LastHost(); worst.Device == "host" && hs.WorkerBytes > hs.MainBytes {
+		g.Cause = policy.GrowthWorkers
+	}
+	d, ok := h.l.pol.PreventGrowth(h.l.state.Policies, g)
+	if !ok {
+		h.mu.Lock()
+		say := d.Reason != h.said
+		h.said = d.Reason
+		h.mu.Unlock()
+		if say {
+			h.l.job.Status.Printf("attempt %d: memory growth, not stopping the job: %s", a.n, d.Reason)
+		}
+		return false
+	}
+	h.mu.Lock()
+	h.stopped, h.d, h.ckpt = true, d, c.Path
+	h.mu.Unlock()
+	h.l.job.Status.Printf("attempt %d: %s: stopping the job at this checkpoint, before the memory runs out", a.n, g.Words())
+	p.Stop("memory growth will not fit (prevent:); relaunching from " + displayPath(c.Path, h.l.wd))
+	return true
+}
+
+// judged says, in the verdict, why the attempt ended.
+func (h *preventHook) judged(a *attemptRun) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped && h.cur == a && !isMemory(a.verdict.Kind) && a.exit.StoppedByUs {
+		a.verdict.Reason = "stopped by gpuguard before its memory growth ran out (prevent:)"
+	}
+}
+
+// settle relaunches the attempt this hook stopped from the checkpoint it
+// stopped at, with the decision's values, before the policy's rules are
+// asked: the job did not fail. An attempt that ended otherwise (it
+// finished, ran out of memory before the stop, or gpuguard was told to
+// stop) goes on as any other.
+func (h *preventHook) settle(o *outcome) (int, action) {
+	h.mu.Lock()
+	stopped, d, ckpt := h.stopped && h.cur != nil && h.cur.n == o.n, h.d, h.ckpt
+	h.stopped = false
+	h.mu.Unlock()
+	if !stopped || o.terminated || o.groupFailed || o.res.Code == 0 && o.res.Signal == 0 {
+		return 0, goOn
+	}
+	l := h.l
+	if isMemory(o.v.Kind) || !o.res.StoppedByUs {
+		l.job.Status.Printf("attempt %d ended before gpuguard could stop it at its checkpoint; the policy decides", o.n)
+		return 0, goOn
+	}
+	l.state.Policies = d.State
+	o.row.decision = "prevent: restart"
+	if d.Rule != "" {
+		o.row.decision = fmt.Sprintf("prevent: restart, rule %s step %d: %s", d.Rule, d.Step, describeChangesShort(d.Changes))
+	}
+	l.rows = append(l.rows, o.row)
+	l.job.RunDir.Write(record.Decision{Attempt: o.n, Verb: "prevent", Rule: d.Rule, Step: d.Step, Changes: recordChanges(d.Changes),
+		Reason: d.Reason, Checkpoint: ckpt, Knobs: rundir.Knobs(d.State.Values)})
+	line := fmt.Sprintf("attempt %d stopped before its memory ran out → %s; resuming from %s", o.n, d.Reason, displayPath(ckpt, l.wd))
+	l.decided(o, d, line)
+	l.job.Status.Printf("%s", line)
+	if err := l.saveState(); err != nil {
+		l.job.Status.Printf("warning: %v", err)
+	}
+	h.mu.Lock()
+	h.next = ckpt
+	h.mu.Unlock()
+	return 0, relaunch
+}
+
+// beforeAttempt resumes the attempt after a preventive stop from the
+// checkpoint it stopped at (when it is still there).
+func (h *preventHook) beforeAttempt(at *attemptStart) (int, action) {
+	h.mu.Lock()
+	next := h.next
+	h.next = ""
+	h.mu.Unlock()
+	if next != "" && !at.given {
+		if _, err := os.Stat(next); err == nil {
+			at.ckpt, at.given = next, true
+		}
+	}
+	return 0, goOn
+}
+
+func recordChanges(cs []policy.Change) []record.Change {
+	out := make([]record.Change, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, record.Change{Name: c.Name(), Old: record.Text(c.Old), New: record.Text(c.New)})
+	}
+	return out
+}
+
+func describeChangesShort(cs []policy.Change) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, ", ")
+}
