@@ -246,7 +246,7 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 			hs.add(memoHook{l})
 		}
 		hs.add(newVerifyHook(l))
-		hs.add(&hostMemHook{l: l}) // policy.Outcome.Host (hostmem.go)
+		hs.add(&hostMemHook{l: l})                     // policy.Outcome.Host (hostmem.go)
 		if h := newPreventHook(l, inGroup); h != nil { // prevent: (prevent.go)
 			hs.add(h)
 		}
