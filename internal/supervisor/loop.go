@@ -246,9 +246,9 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 			hs.add(memoHook{l})
 		}
 		hs.add(newVerifyHook(l))
-		hs.add(&hostMemHook{l: l})                     // policy.Outcome.Host (hostmem.go)
-		if h := newPreventHook(l, inGroup); h != nil { // prevent: (prevent.go)
-			hs.add(h)
+		hs.add(&hostMemHook{l: l}) // policy.Outcome.Host (hostmem.go)
+		if h := newPreventHook(l, inGroup); h != nil {
+			hs.add(h) // prevent: (prevent.go)
 		}
 	}
 	hs.add(&rejectionHook{})
