@@ -38,6 +38,13 @@ type preventHook struct {
 	ckpt    string
 	said    string // the last reason not to act, said once per attempt
 	next    string // the checkpoint the next attempt resumes from
+	// The job's checkpoint cadence: the epoch of this attempt's last
+	// checkpoint (-1: none yet), and the epochs between its last two
+	// checkpoints (kept across attempts; 1 until measured). A job that
+	// checkpoints every n epochs stops at a checkpoint when any of the
+	// next n epochs will not fit.
+	ckptEpoch int64
+	every     int64
 }
 
 // newPreventHook is the hook when the policy asks for prevention and the
@@ -54,13 +61,13 @@ func newPreventHook(l *loop, inGroup bool) *preventHook {
 		l.job.Status.Printf("prevent: the job's checkpoints cannot be watched; memory growth is only warned about")
 		return nil
 	}
-	return &preventHook{l: l}
+	return &preventHook{l: l, every: 1}
 }
 
 func (h *preventHook) attemptStarting(a *attemptRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.cur, h.since, h.stopped, h.said = a, time.Now(), false, ""
+	h.cur, h.since, h.stopped, h.said, h.ckptEpoch = a, time.Now(), false, "", -1
 }
 
 func (h *preventHook) started(a *attemptRun, p process) { go h.watch(a, p) }
@@ -93,10 +100,25 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 	if !c.Complete || c.ModTime.Before(since) || a.plan.ckpt != "" && filepath.Clean(c.Path) == filepath.Clean(a.plan.ckpt) {
 		return false
 	}
+	h.mu.Lock()
+	if e := a.sampler.Epoch(); e >= 0 {
+		if h.ckptEpoch >= 0 && e > h.ckptEpoch {
+			h.every = e - h.ckptEpoch
+		}
+		h.ckptEpoch = e
+	}
+	every := h.every
+	h.mu.Unlock()
 	var worst *memory.Projection
+	var label int64
+	var bytes uint64
 	for _, pr := range a.sampler.Projections() {
-		if pr.NextWontFit {
-			worst = &pr
+		n := int64(1)
+		if pr.Epochs {
+			n = every
+		}
+		if l, b, wont := pr.Within(n); wont {
+			worst, label, bytes = &pr, l, b
 			break
 		}
 	}
@@ -106,7 +128,7 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 	g := policy.Growth{Attempt: a.n, Phase: classify.Phase(worst.Phase), Device: worst.Device, Ceiling: worst.Ceiling,
 		CeilingBytes: worst.CeilingBytes, From: worst.From, To: worst.To, Runs: worst.Runs, Epochs: worst.Epochs,
 		SlopeBytes: worst.SlopeBytes, MarginBytes: worst.MarginBytes, LastBytes: worst.LastBytes,
-		NextLabel: worst.NextLabel, NextBytes: worst.NextBytes, NextWontFit: true, Cause: policy.GrowthLeak,
+		NextLabel: label, NextBytes: bytes, NextWontFit: true, Cause: policy.GrowthLeak,
 		Checkpoint: displayPath(c.Path, h.l.wd)}
 	if hs := a.sampler.LastHost(); worst.Device == "host" && hs.WorkerBytes > hs.MainBytes {
 		g.Cause = policy.GrowthWorkers

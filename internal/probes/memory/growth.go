@@ -119,6 +119,13 @@ func (s *Sampler) growthWarnings(warns []Warning, p classify.Phase) []Warning {
 	return warns
 }
 
+// Epoch is the epoch the sampler samples in (-1: none known yet).
+func (s *Sampler) Epoch() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
 // HostCeilingName names a host ceiling kind for people (procfs.Ceiling's
 // Kind; "" is the machine's RAM).
 func HostCeilingName(c procfs.Ceiling) string { return cmp.Or(c.Kind, CeilingRAM) }

@@ -79,6 +79,32 @@ type Projection struct {
 	FailLabel   int64 `json:"fail_label,omitempty"`
 	// Epochs: the labels are epochs (else runs of the phase).
 	Epochs bool `json:"epochs"`
+	// The fitted line (bytes = icpt + slope × label).
+	icpt, slope float64
+}
+
+// At is the projected peak of the run labelled label, margin included (0
+// without growth).
+func (p Projection) At(label int64) uint64 {
+	if !p.Growing {
+		return 0
+	}
+	return uint64(p.at(label))
+}
+
+func (p Projection) at(label int64) float64 {
+	return math.Max(p.icpt+p.slope*float64(label), float64(p.LastBytes)+p.slope*float64(label-p.To)) + float64(p.MarginBytes)
+}
+
+// Within says whether the growth will not fit within the next n runs (the
+// runs until the next checkpoint: a job that checkpoints every n epochs
+// must stop now if any of them will not fit), and the first run that will
+// not (its label and projected peak).
+func (p Projection) Within(n int64) (label int64, bytes uint64, wontFit bool) {
+	if !p.Growing || p.FailLabel == 0 || p.FailLabel > p.To+max(n, 1) {
+		return 0, 0, false
+	}
+	return p.FailLabel, p.At(p.FailLabel), true
 }
 
 // Project fits the runs of one phase on one device (in order, the first
@@ -123,9 +149,8 @@ func Project(runs []RunPeak, ceiling uint64) (Projection, bool) {
 	}
 	// The next run peaks at least as high as the last one did plus the
 	// growth (a run above the line is not forgotten), or at the line.
-	at := func(label int64) float64 {
-		return math.Max(icpt+slope*float64(label), float64(last.Bytes)+slope*float64(label-last.Label)) + margin
-	}
+	p.icpt, p.slope = icpt, slope
+	at := p.at
 	next := at(p.NextLabel)
 	p.NextBytes = uint64(next)
 	p.NextWontFit = next >= float64(ceiling)

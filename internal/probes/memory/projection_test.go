@@ -71,3 +71,24 @@ func TestProjectWords(t *testing.T) {
 		}
 	}
 }
+
+func TestProjectWithin(t *testing.T) {
+	// 20.4 GiB + 1 GiB per epoch under 40 GiB: epoch 20 is the first that
+	// will not fit. At epoch 18's checkpoint the next epoch fits, but a job
+	// that checkpoints every 2 epochs must stop there.
+	var runs []RunPeak
+	for e := int64(1); e <= 18; e++ {
+		runs = append(runs, RunPeak{Label: e, Bytes: uint64((20.4 + float64(e)) * (1 << 30))})
+	}
+	p, ok := Project(runs, 40<<30)
+	if !ok || p.NextWontFit {
+		t.Fatalf("%+v", p)
+	}
+	if _, _, wont := p.Within(1); wont {
+		t.Fatalf("epoch 19 fits: %+v", p)
+	}
+	label, bytes, wont := p.Within(2)
+	if !wont || label != 20 || bytes < 40<<30 {
+		t.Fatalf("within 2: %d %d %v (%+v)", label, bytes, wont, p)
+	}
+}
