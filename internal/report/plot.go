@@ -324,7 +324,8 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 			continue
 		}
 		capBytes := ti.capacity[d]
-		applies := !isHostDevice(d) || d == "cgroup" || (d == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"])
+		applies := !isHostDevice(d) || d == "cgroup" || (d == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"]) ||
+			(d == "host" && capBytes < ti.capacity["ram"]) // the job's rlimit
 		if capBytes == 0 || !applies || seen[capBytes] {
 			continue
 		}
@@ -404,6 +405,9 @@ func panel(run *Run, ti *timelineInfo, lines map[[2]string]*series, order [][2]s
 		switch l.dev {
 		case "host", "cgroup":
 			name = "cgroup limit"
+			if l.dev == "host" && l.bytes != ti.capacity["cgroup"] {
+				name = "host ceiling (rlimit)"
+			}
 		}
 		line, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: toGiB(l.bytes) * yScale}, {X: xmax, Y: toGiB(l.bytes) * yScale}})
 		if err != nil {

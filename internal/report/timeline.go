@@ -54,8 +54,8 @@ func scanTimeline(path string) (*timelineInfo, error) {
 			seenDev[r.Device] = true
 			ti.devices = append(ti.devices, r.Device)
 		}
-		if r.LimitBytes > ti.capacity[r.Device] {
-			ti.capacity[r.Device] = r.LimitBytes
+		if r.LimitBytes > ti.capacity[r.Device] || r.Device == "host" && r.LimitBytes > 0 {
+			ti.capacity[r.Device] = r.LimitBytes // host: the last, an rlimit read after the start
 		}
 		// Spans: attempts and validation.
 		if curAttempt == nil || curAttempt.attempt != r.Attempt {

@@ -3,6 +3,8 @@ package memory
 import (
 	"strings"
 	"testing"
+
+	"github.com/gpuguard/gpuguard/internal/probes/classify"
 )
 
 const mib = 1 << 20
@@ -90,5 +92,49 @@ func TestProjectWithin(t *testing.T) {
 	label, bytes, wont := p.Within(2)
 	if !wont || label != 20 || bytes < 40<<30 {
 		t.Fatalf("within 2: %d %d %v (%+v)", label, bytes, wont, p)
+	}
+}
+
+// The sampler's projections: per phase and device, from the epochs' peaks,
+// the run in progress included once it has a few samples; the growth
+// warning names the ceiling and the epoch it will not fit at, once.
+func TestSamplerProjections(t *testing.T) {
+	c := &memClock{t: memT0}
+	var warns []Warning
+	s := NewSampler(SamplerConfig{Now: c.Now, Attempt: 1, OnWarning: func(w Warning) { warns = append(warns, w) }})
+	// GPU: 20 GiB + 2 GiB per epoch of 40 GiB; host flat.
+	for epoch := int64(1); epoch <= 8; epoch++ {
+		s.SetPhase(classify.PhaseTrain, epoch)
+		for range minCurrentSamples {
+			memRecordSynthetic(s, c, uint64(20+2*epoch)*memGiB, 4*memGiB)
+		}
+	}
+	ps := s.Projections()
+	if len(ps) != 2 {
+		t.Fatalf("projections %+v", ps)
+	}
+	g, h := ps[0], ps[1]
+	if g.Device != "gpu0" || g.Ceiling != CeilingGPU || !g.Growing || g.To != 8 || g.SlopeBytes != 2*memGiB || !g.Epochs {
+		t.Errorf("GPU projection %+v", g)
+	}
+	// Epoch 8 peaks at 36 GiB; epoch 9 at 38 GiB plus the margin fits, 10 does not.
+	if g.NextWontFit || g.FailLabel != 10 {
+		t.Errorf("GPU projection: next won't fit %v, fails at %d; want false, 10", g.NextWontFit, g.FailLabel)
+	}
+	if l, _, wont := g.Within(2); !wont || l != 10 {
+		t.Errorf("within 2 epochs: %d %v", l, wont)
+	}
+	if h.Device != "host" || h.Growing || h.Ceiling != CeilingRAM {
+		t.Errorf("host projection %+v", h)
+	}
+	var growth []Warning
+	for _, w := range warns {
+		if w.Kind == WarnGrowth {
+			growth = append(growth, w)
+		}
+	}
+	if len(growth) != 1 || growth[0].Device != "gpu0" || growth[0].FailEpoch != 10 ||
+		!strings.Contains(growth[0].Message, "training memory on gpu0 under the GPU's capacity (40.00 GiB) grows 2.00 GiB per epoch") {
+		t.Errorf("growth warnings %+v", growth)
 	}
 }

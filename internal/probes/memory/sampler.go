@@ -119,6 +119,7 @@ type Sampler struct {
 	row         []byte
 	timelineErr bool
 	gpuErrLast  string
+	lastUse     uint64 // the root's last reading of its rlimit's use
 
 	mu      sync.Mutex
 	phase   classify.Phase
@@ -373,9 +374,11 @@ func (s *Sampler) ceilingUse(pid int, hs procfs.HostSample) uint64 {
 	}
 	switch c.Kind {
 	case procfs.CeilingData, procfs.CeilingAS:
-		if u, ok := procfs.Usage(root, pid, c.Kind); ok {
+		if u, ok := procfs.Usage(root, pid, c.Kind); ok && u > 0 {
+			s.lastUse = u
 			return u
 		}
+		return s.lastUse // the root is exiting: its last reading stands
 	case procfs.CeilingCgroup, procfs.CeilingSlurm:
 		if hs.Cgroup != nil && hs.Cgroup.LimitBytes > 0 {
 			return hs.Cgroup.WorkingSetBytes
@@ -509,9 +512,14 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample, u
 		warns = s.hostWarning(warns, "cgroup", cgUsed, cgLimit, hs, ms)
 	}
 	warns = s.hostWarning(warns, "ram", ramUsed, hs.MemTotalBytes, hs, ms)
+
+	hostUsed, hostLimit := tree, limit
+	if k := s.ceiling.Kind; k == procfs.CeilingData || k == procfs.CeilingAS {
+		hostUsed, hostLimit = use, capBytes // the rlimit's units
+	}
 	s.mu.Unlock()
 
-	s.writeTimeline(ms, phase, hs, gs, ramUsed, cgUsed, cgLimit)
+	s.writeTimeline(ms, phase, hs, gs, hostUsed, hostLimit, ramUsed, cgUsed, cgLimit)
 	s.emit(warns)
 }
 
@@ -551,7 +559,7 @@ func (s *Sampler) runEpoch() int64 {
 }
 
 // writeTimeline appends this sample's rows in one Write.
-func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSample, gs []gpu.Sample, ramUsed, cgUsed, cgLimit uint64) {
+func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSample, gs []gpu.Sample, hostUsed, hostLimit, ramUsed, cgUsed, cgLimit uint64) {
 	if s.cfg.Timeline == nil || s.timelineErr {
 		return
 	}
@@ -587,7 +595,7 @@ func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSa
 		b = strconv.AppendUint(b, limit, 10)
 		b = append(b, ",\n"...)
 	}
-	row("host", hs.TreeBytes(), hs.LimitBytes())
+	row("host", hostUsed, hostLimit)
 	if cgLimit > 0 {
 		row("cgroup", cgUsed, cgLimit)
 	}
