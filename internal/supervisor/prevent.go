@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuguard/gpuguard/internal/lines"
 	"github.com/gpuguard/gpuguard/internal/policy"
 	"github.com/gpuguard/gpuguard/internal/probes/checkpoint"
 	"github.com/gpuguard/gpuguard/internal/probes/classify"
@@ -45,6 +46,12 @@ type preventHook struct {
 	// next n epochs will not fit.
 	ckptEpoch int64
 	every     int64
+	// The attempt's output as the checkpoint package reads it (scanner
+	// goroutine only): a save line followed by more output is a save
+	// over, checked at once, before the watcher's quiet period ends.
+	out     *checkpoint.Output
+	pending string
+	saved   chan string
 }
 
 // newPreventHook is the hook when the policy asks for prevention and the
@@ -68,25 +75,86 @@ func (h *preventHook) attemptStarting(a *attemptRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.cur, h.since, h.stopped, h.said, h.ckptEpoch = a, time.Now(), false, "", -1
+	h.out, h.pending, h.saved = checkpoint.NewOutput(h.l.wd), "", make(chan string, 4)
 }
 
-func (h *preventHook) started(a *attemptRun, p process) { go h.watch(a, p) }
+func (h *preventHook) started(a *attemptRun, p process) { go h.watch(a, p, h.saved) }
+
+// line follows the job's save lines (scanner goroutine): once a save is
+// followed by other output, the watch goroutine checks that checkpoint.
+func (h *preventHook) line(_ *attemptRun, ln lines.Line) {
+	h.out.Line(ln.Text)
+	if p, ok := checkpoint.SavedPath(ln.Text); ok {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(h.l.wd, p)
+		}
+		h.pending = filepath.Clean(p)
+		return
+	}
+	if h.pending == "" {
+		return
+	}
+	if _, _, ok := h.out.SavedAndWentOn(h.pending); ok {
+		select {
+		case h.saved <- h.pending:
+		default: // the watch goroutine is behind: the watcher still reports it
+		}
+		h.pending = ""
+	}
+}
+
+// savedCheckpoint is the checkpoint the job said it saved at path, when the
+// policy's globs match it and it is complete by the watcher's rules or by
+// its format's end (the evidence that holds while its writer may still
+// run, as for a resume: checkpoint.Resume.Judge).
+func (h *preventHook) savedCheckpoint(path string) (checkpoint.Checkpoint, bool) {
+	all, err := checkpoint.Scan(h.l.wd, checkpoint.Spec(h.l.spec.CheckpointFiles), time.Now())
+	if err != nil {
+		return checkpoint.Checkpoint{}, false
+	}
+	sep := string(filepath.Separator)
+	for _, c := range all {
+		if c.Path != path && !strings.HasPrefix(path, c.Path+sep) && !strings.HasPrefix(c.Path, path+sep) {
+			continue
+		}
+		if !c.Complete && c.Size > 0 {
+			if st, _ := checkpoint.CheckStructure(c.Path); st == checkpoint.StructureComplete {
+				c.Complete = true
+			}
+		}
+		return c, c.Complete
+	}
+	return checkpoint.Checkpoint{}, false
+}
 
 // watch looks at each checkpoint completed while attempt a runs, until it
 // ends or this hook stops it.
-func (h *preventHook) watch(a *attemptRun, p process) {
+func (h *preventHook) watch(a *attemptRun, p process, saved <-chan string) {
 	updates := h.l.ckpts.Updates()
+	seen := map[string]bool{} // considered already (a save line, then the watcher)
 	for {
+		var c checkpoint.Checkpoint
 		select {
 		case <-p.Done():
 			return
-		case c, ok := <-updates:
+		case path := <-saved:
+			var ok bool
+			if c, ok = h.savedCheckpoint(path); !ok {
+				continue
+			}
+		case u, ok := <-updates:
 			if !ok {
 				return
 			}
-			if h.consider(a, p, c) {
-				return
-			}
+			c = u
+		}
+		key := c.Path + "\x00" + c.ModTime.String()
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if h.consider(a, p, c) {
+			return
 		}
 	}
 }
