@@ -200,6 +200,8 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 		Checkpoint: displayPath(c.Path, h.l.wd)}
 	if hs := a.sampler.LastHost(); worst.Device == "host" && hs.WorkerBytes > hs.MainBytes {
 		g.Cause = policy.GrowthWorkers
+	} else if worst.Fragmentation {
+		g.Cause = policy.GrowthFragmentation
 	}
 	d, ok := h.l.pol.PreventGrowth(h.l.state.Policies, g)
 	if !ok {

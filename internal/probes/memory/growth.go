@@ -40,7 +40,7 @@ func (s *Sampler) Projections() []Projection {
 		h := s.hist[p]
 		if r := s.run; r != nil && r.phase == p && r.samples >= minCurrentSamples &&
 			(len(h) == 0 || h[len(h)-1].isEpoch == r.isEpoch && h[len(h)-1].label < r.label) {
-			h = append(h[:len(h):len(h)], memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap})
+			h = append(h[:len(h):len(h)], memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap, alloc: r.alloc})
 		}
 		out = append(out, s.project(p, h)...)
 	}
@@ -83,6 +83,9 @@ func (s *Sampler) project(p classify.Phase, h []memRunPeak) []Projection {
 		}
 		if pr, ok := Project(runs, capacity); ok {
 			pr.Phase, pr.Device, pr.Ceiling, pr.Epochs = string(p), dev, ceiling, h[len(h)-1].isEpoch
+			if dev != "host" {
+				pr.Fragmentation = fragmenting(h, pr)
+			}
 			out = append(out, pr)
 		}
 	}
@@ -96,6 +99,42 @@ func (s *Sampler) project(p classify.Phase, h []memRunPeak) []Projection {
 		return r.host, r.hostCap, r.host > 0 && r.hostCap > 0
 	})
 	return out
+}
+
+// fragmenting reports whether the allocator's figures over the runs pr
+// fitted show fragmentation: the reserved-but-unallocated memory grows at
+// half the peaks' rate or more, or allocation retries were counted during
+// them (the caching allocator freed its cache and tried again).
+func fragmenting(h []memRunPeak, pr Projection) bool {
+	var un []RunPeak
+	var first, last allocSigns
+	for _, r := range h {
+		if r.label < pr.From || r.label > pr.To || !r.alloc.seen {
+			continue
+		}
+		if !first.seen {
+			first = r.alloc
+		}
+		last = r.alloc
+		un = append(un, RunPeak{Label: r.label, Bytes: uint64(max(r.alloc.unallocated, 0))})
+	}
+	if len(un) < 2 {
+		return false
+	}
+	return last.retries > first.retries || theilSen(un) >= float64(pr.SlopeBytes)/2 && pr.SlopeBytes > 0
+}
+
+// NoteAllocator records the allocator's figures the torch probe read in
+// the job (reserved but unallocated bytes, allocation retries so far) in
+// the current run: fragmentation's signs for the projection.
+func (s *Sampler) NoteAllocator(unallocated, retries int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.run; r != nil {
+		r.alloc.unallocated = max(r.alloc.unallocated, unallocated)
+		r.alloc.retries = max(r.alloc.retries, retries)
+		r.alloc.seen = true
+	}
 }
 
 // growthWarnings adds a warning for each projection of phase p that found

@@ -79,6 +79,10 @@ type Projection struct {
 	FailLabel   int64 `json:"fail_label,omitempty"`
 	// Epochs: the labels are epochs (else runs of the phase).
 	Epochs bool `json:"epochs"`
+	// Fragmentation: on a GPU, the torch probe's allocator figures over
+	// the runs fitted rose with the peaks (reserved but unallocated memory,
+	// allocation retries): the growth is the allocator's.
+	Fragmentation bool `json:"fragmentation,omitempty"`
 	// The fitted line (bytes = icpt + slope × label).
 	icpt, slope float64
 }

@@ -138,3 +138,42 @@ func TestSamplerProjections(t *testing.T) {
 		t.Errorf("growth warnings %+v", growth)
 	}
 }
+
+// The torch probe's allocator figures name fragmentation: the same GPU
+// growth is fragmentation when the reserved but unallocated memory grows
+// with it, and not when it stays flat.
+func TestSamplerProjectionFragmentation(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		unalloc   func(epoch int64) int64
+		retries   func(epoch int64) int64
+		wantFrag  bool
+		withProbe bool
+	}{
+		{"no probe", nil, nil, false, false},
+		{"unallocated grows", func(e int64) int64 { return e * 2 << 30 }, func(int64) int64 { return 0 }, true, true},
+		{"retries counted", func(int64) int64 { return 1 << 30 }, func(e int64) int64 { return e / 6 }, true, true},
+		{"allocated grows, cache flat", func(int64) int64 { return 1 << 30 }, func(int64) int64 { return 0 }, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &memClock{t: memT0}
+			s := NewSampler(SamplerConfig{Now: clk.Now, Attempt: 1, OnWarning: func(Warning) {}})
+			for epoch := int64(1); epoch <= 8; epoch++ {
+				s.SetPhase(classify.PhaseTrain, epoch)
+				if c.withProbe {
+					s.NoteAllocator(c.unalloc(epoch), c.retries(epoch))
+				}
+				for range minCurrentSamples {
+					memRecordSynthetic(s, clk, uint64(20+2*epoch)*memGiB, 4*memGiB)
+				}
+			}
+			ps := s.Projections()
+			if len(ps) == 0 || ps[0].Device != "gpu0" || !ps[0].Growing {
+				t.Fatalf("projections %+v", ps)
+			}
+			if ps[0].Fragmentation != c.wantFrag {
+				t.Errorf("fragmentation %v, want %v", ps[0].Fragmentation, c.wantFrag)
+			}
+		})
+	}
+}

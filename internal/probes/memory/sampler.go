@@ -163,6 +163,7 @@ type memPhaseRun struct {
 	gpuCap  map[string]uint64
 	host    uint64
 	hostCap uint64
+	alloc   allocSigns
 }
 
 type memRunPeak struct {
@@ -172,6 +173,16 @@ type memRunPeak struct {
 	gpuCap  map[string]uint64
 	host    uint64
 	hostCap uint64
+	alloc   allocSigns
+}
+
+// allocSigns are a run's allocator figures, from the torch probe
+// (NoteAllocator): the most reserved-but-unallocated memory seen, and the
+// allocation retries counted by then. Their rise is fragmentation's sign.
+type allocSigns struct {
+	unallocated int64
+	retries     int64
+	seen        bool
 }
 
 type memPhaseAcc struct {
@@ -689,7 +700,7 @@ func (s *Sampler) endRun() []Warning {
 	if len(h) > 0 && h[len(h)-1].isEpoch != r.isEpoch {
 		h = h[:0] // epochs became known (or unknown): start the trend over
 	}
-	h = append(h, memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap})
+	h = append(h, memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap, alloc: r.alloc})
 	if len(h) > leakHistory {
 		h = append(h[:0], h[len(h)-leakHistory:]...)
 	}
