@@ -33,8 +33,9 @@ type preventHook struct {
 
 	mu      sync.Mutex
 	cur     *attemptRun
-	since   time.Time // the attempt's start: older checkpoints are not its boundaries
-	stopped bool      // this hook stopped the current attempt, with d, from ckpt
+	since   time.Time    // the attempt's start: older checkpoints are not its boundaries
+	st      policy.State // the run's policy state as the attempt started
+	stopped bool         // this hook stopped the current attempt, with d, from ckpt
 	d       policy.Decision
 	ckpt    string
 	said    string // the last reason not to act, said once per attempt
@@ -75,6 +76,7 @@ func (h *preventHook) attemptStarting(a *attemptRun) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.cur, h.since, h.stopped, h.said, h.ckptEpoch = a, time.Now(), false, "", -1
+	h.st = h.l.state.Policies // as the attempt starts: the loop changes it only after the attempt
 	h.out, h.pending, h.saved = checkpoint.NewOutput(h.l.wd), "", make(chan string, 4)
 }
 
@@ -203,7 +205,10 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 	} else if worst.Fragmentation {
 		g.Cause = policy.GrowthFragmentation
 	}
-	d, ok := h.l.pol.PreventGrowth(h.l.state.Policies, g)
+	h.mu.Lock()
+	st := h.st
+	h.mu.Unlock()
+	d, ok := h.l.pol.PreventGrowth(st, g)
 	if !ok {
 		h.mu.Lock()
 		say := d.Reason != h.said
@@ -217,7 +222,7 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 	h.mu.Lock()
 	h.stopped, h.d, h.ckpt = true, d, c.Path
 	h.mu.Unlock()
-	h.l.job.Status.Printf("attempt %d: %s: stopping the job at this checkpoint, before the memory runs out", a.n, g.Words())
+	h.l.job.Status.Printf("attempt %d: %s: stopping the job at checkpoint %s, before the memory runs out", a.n, g.Words(), g.Checkpoint)
 	p.Stop("memory growth will not fit (prevent:); relaunching from " + displayPath(c.Path, h.l.wd))
 	return true
 }
