@@ -53,6 +53,10 @@ type preventHook struct {
 	out     *checkpoint.Output
 	pending string
 	saved   chan string
+	// savedIn: the epoch each save line was read in (the sampler's, on
+	// the scanner goroutine, in the output's order): a checkpoint's epoch
+	// for the cadence, whichever goroutine reads it later.
+	savedIn map[string]int64
 }
 
 // newPreventHook is the hook when the policy asks for prevention and the
@@ -77,20 +81,28 @@ func (h *preventHook) attemptStarting(a *attemptRun) {
 	defer h.mu.Unlock()
 	h.cur, h.since, h.stopped, h.said, h.ckptEpoch = a, time.Now(), false, "", -1
 	h.st = h.l.state.Policies // as the attempt starts: the loop changes it only after the attempt
-	h.out, h.pending, h.saved = checkpoint.NewOutput(h.l.wd), "", make(chan string, 4)
+	h.out, h.pending, h.saved, h.savedIn = checkpoint.NewOutput(h.l.wd), "", make(chan string, 4), map[string]int64{}
 }
 
 func (h *preventHook) started(a *attemptRun, p process) { go h.watch(a, p, h.saved) }
 
 // line follows the job's save lines (scanner goroutine): once a save is
 // followed by other output, the watch goroutine checks that checkpoint.
-func (h *preventHook) line(_ *attemptRun, ln lines.Line) {
+func (h *preventHook) line(a *attemptRun, ln lines.Line) {
 	h.out.Line(ln.Text)
 	if p, ok := checkpoint.SavedPath(ln.Text); ok {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(h.l.wd, p)
 		}
 		h.pending = filepath.Clean(p)
+		if e := a.sampler.Epoch(); e >= 0 {
+			h.mu.Lock()
+			if len(h.savedIn) >= 64 {
+				clear(h.savedIn) // bounded: only the latest saves matter
+			}
+			h.savedIn[h.pending] = e
+			h.mu.Unlock()
+		}
 		return
 	}
 	if h.pending == "" {
@@ -171,7 +183,13 @@ func (h *preventHook) consider(a *attemptRun, p process, c checkpoint.Checkpoint
 		return false
 	}
 	h.mu.Lock()
-	if e := a.sampler.Epoch(); e >= 0 {
+	e, said := h.savedIn[filepath.Clean(c.Path)]
+	if !said {
+		// No save line: the epoch now (as late as the watcher's rules are,
+		// alike at every checkpoint).
+		e = a.sampler.Epoch()
+	}
+	if e >= 0 {
 		if h.ckptEpoch >= 0 && e > h.ckptEpoch {
 			h.every = e - h.ckptEpoch
 		}
