@@ -149,7 +149,7 @@ func (l *loop) newSampler(n int, timeline *os.File) *memory.Sampler {
 	rd, status := l.job.RunDir, l.job.Status
 	return memory.NewSampler(memory.SamplerConfig{
 		GPU: l.gpu, BaseHz: sampling.BaseHz, FastHz: sampling.ValHz, FastFor: sampling.FastWindow,
-		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
+		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin, SlurmMemBytes: l.slurmMemBytes(),
 		OnWarning: func(w memory.Warning) {
 			status.Printf("warning: %s", w.Message)
 			rd.Write(record.Warning{Attempt: n, Kind: w.Kind, Message: w.Message, Warning: w})

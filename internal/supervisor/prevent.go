@@ -307,6 +307,15 @@ func (h *preventHook) beforeAttempt(at *attemptStart) (int, action) {
 	return 0, goOn
 }
 
+// slurmMemBytes is the Slurm job's memory request per node in bytes (0:
+// none, per CPU, or outside Slurm), for naming the host ceiling.
+func (l *loop) slurmMemBytes() uint64 {
+	if m := l.slurmMem(); m != nil && !m.PerCPU {
+		return uint64(m.MiB) << 20
+	}
+	return 0
+}
+
 func recordChanges(cs []policy.Change) []record.Change {
 	out := make([]record.Change, 0, len(cs))
 	for _, c := range cs {
