@@ -286,6 +286,12 @@ func (h *preventHook) settle(o *outcome) (int, action) {
 	if err := l.saveState(); err != nil {
 		l.job.Status.Printf("warning: %v", err)
 	}
+	// No backoff (the job did not fail), but the stopped processes' GPU
+	// memory must be released first, as after any attempt.
+	if !l.pause(0) {
+		l.job.Status.Printf("%s received while waiting to relaunch: not relaunching", signalName(l.stopSignal()))
+		return l.end(o.res.Code), endRun
+	}
 	h.mu.Lock()
 	h.next = ckpt
 	h.mu.Unlock()
