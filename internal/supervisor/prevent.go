@@ -1,11 +1,13 @@
 package supervisor
 
 // preventHook acts before the crash (the policy's prevent: section). While
-// an attempt runs it follows the job's checkpoints; when one completes, it
-// asks the memory sampler for its projections (memory.Project: a fit over
-// each phase's per-epoch peaks against the ceiling that applies), and the
-// policy (PreventGrowth) whether the worst of them, which will not fit in
-// the next epoch, is reason to stop the job at this boundary. If so it
+// an attempt runs it follows the job's checkpoints (the watcher's, and
+// save lines followed by more output); when one completes, it asks the
+// memory sampler for its projections (memory.Project: a fit over each
+// phase's per-epoch peaks against the ceiling that applies), and the
+// policy (PreventGrowth) whether the worst of them, which will not fit
+// before the job's next checkpoint, is reason to stop the job at this
+// boundary. If so it
 // stops the attempt as any stop does (SIGTERM to the tree, then SIGKILL
 // after the grace), and the settle stage relaunches it at once from that
 // checkpoint with the decision's values: a fresh process has its memory
