@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/internal/policy"
@@ -29,5 +31,19 @@ func TestPreventShapes(t *testing.T) {
 		if s.name == "fragmentation" && b.stops != 1 {
 			t.Errorf("fragmentation: %d stops, want 1 (expandable_segments applied with the first)", b.stops)
 		}
+	}
+}
+
+// docs/performance.md quotes the table: it must be what the benchmark
+// prints.
+func TestPreventTableInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	preventTable(&b)
+	if !strings.Contains(string(doc), b.String()) {
+		t.Errorf("docs/performance.md, section Prevention, does not quote the output of `go run ./bench/relaunch -prevent`:\n%s", b.String())
 	}
 }
