@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 var helpers = supervisortest.Modes("print", "mixed", "exit", "kill", "trap", "tree", "stdin", "printenv", "istty", "winsize").
-	With(supervisortest.Helpers{"gpuguard": func([]string) int { main(); return 0 }})
+	With(supervisortest.Helpers{"gpuguard": func([]string) int { main(); return 0 }, "leak": supervisortest.Leak})
 
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{

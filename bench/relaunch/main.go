@@ -22,6 +22,7 @@
 //	go run ./bench/relaunch            # the table of shapes
 //	go run ./bench/relaunch -policy examples/gpuguard.yaml
 //	go run ./bench/relaunch -fit       # the fit action against halving (fit.go)
+//	go run ./bench/relaunch -prevent   # memory growth with and without prevent: (prevent.go)
 package main
 
 import (
@@ -165,7 +166,12 @@ func main() {
 	polFile := flag.String("policy", "examples/gpuguard.yaml", "gpuguard policy file to compare")
 	fit := flag.Bool("fit", false, "compare the fit action with halving on training OOMs instead (relaunches to fit, fraction of the largest feasible batch)")
 	verbose := flag.Bool("v", false, "with -fit: print each decision")
+	prevent := flag.Bool("prevent", false, "compare jobs whose memory grows with and without prevent: (OOM deaths, work lost, false stops; prevent.go)")
 	flag.Parse()
+	if *prevent {
+		preventTable(os.Stdout)
+		return
+	}
 	if *fit {
 		fitTable(os.Stdout, *verbose)
 		return

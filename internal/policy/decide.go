@@ -93,6 +93,8 @@ type State struct {
 	// Seen is what the run's failed attempts' memory figures said (the
 	// last few), for fit to combine.
 	Seen []FitSeen `json:"seen,omitempty"`
+	// Prevented: the run's restarts before a crash (prevent.go).
+	Prevented *PreventState `json:"prevented,omitempty"`
 }
 
 // RuleState is a rule's progress through its steps.
@@ -117,6 +119,10 @@ func (st State) clone() State {
 		out.ByKind = map[classify.Kind]int{}
 	}
 	out.Seen = slices.Clone(st.Seen)
+	if st.Prevented != nil {
+		pv := *st.Prevented
+		out.Prevented = &pv
+	}
 	out.Rules = make(map[string]RuleState, len(st.Rules))
 	for k, r := range st.Rules {
 		r.Acts = slices.Clone(r.Acts)

@@ -232,7 +232,7 @@ func (w *walker) fraction(n *yaml.Node, what string) float64 {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 
-var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "hang", "exit_codes", "memo", "verify"}
+var topKeys = []string{"version", "description", "knobs", "rules", "budget", "backoff", "oom_grace", "sampling", "phases", "checkpoints", "slurm", "notify", "hang", "exit_codes", "memo", "verify", "prevent"}
 
 func (w *walker) policy(root *yaml.Node) *Policy {
 	p := &Policy{
@@ -296,6 +296,9 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 	}
 	if f, ok := byName["checkpoints"]; ok {
 		w.checkpoints(f.val, &p.ckpt, p)
+	}
+	if f, ok := byName["prevent"]; ok { // after checkpoints: it needs them
+		p.prevent = w.preventSpec(f.val, p)
 	}
 	if f, ok := byName["verify"]; ok {
 		w.verifySpec(f.val, p)

@@ -121,7 +121,7 @@ func TestParseErrors(t *testing.T) {
 		{"not a mapping", "- a\n", []string{"f.yaml:1:1: the policy must be a mapping (key: value lines), not a list"}},
 		{"missing version", "knobs: {}\n", []string{"f.yaml:1:1: missing version: add `version: 1` as the first line"}},
 		{"bad version", "version: 2\n", []string{`f.yaml:1:10: unsupported policy version "2": this gpuguard reads version 1`}},
-		{"unknown top key", "version: 1\nrulez: []\n", []string{`f.yaml:2:1: the policy: unknown key "rulez" (did you mean "rules"?); allowed: version, description, knobs, rules, budget, backoff, oom_grace, sampling, phases, checkpoints, slurm, notify, hang, exit_codes, memo, verify`}},
+		{"unknown top key", "version: 1\nrulez: []\n", []string{`f.yaml:2:1: the policy: unknown key "rulez" (did you mean "rules"?); allowed: version, description, knobs, rules, budget, backoff, oom_grace, sampling, phases, checkpoints, slurm, notify, hang, exit_codes, memo, verify, prevent`}},
 		{"duplicate key", "version: 1\noom_grace: 1s\noom_grace: 2s\n", []string{`f.yaml:3:1: the policy: key "oom_grace" is given twice (first at line 2)`}},
 		{"syntax", "version: 1\nknobs: [\n", []string{"f.yaml:2: YAML syntax error: did not find expected node content (the mistake may be on an earlier line: an unclosed bracket or quote, or a tab used for indentation)"}},
 		{"duration without unit", "version: 1\noom_grace: 30\n", []string{`f.yaml:2:12: oom_grace must be a duration such as "30s" or "2m", not "30"; write it with a unit, e.g. "30s"`}},

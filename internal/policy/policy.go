@@ -46,6 +46,7 @@ type Policy struct {
 	hang        *Hang    // nil: no hang: section, no stall watchdog
 	exitCodes   string   // exit_codes: "", "job" or "scheduler"
 	unapplied   string   // verify.unapplied: "" (give_up) or a mode (verify.go)
+	prevent     *Prevent // nil: no prevent: section (prevent.go)
 }
 
 // File returns the file name the policy was parsed from, as given to Parse.

@@ -428,7 +428,8 @@ func (d *panelDraw) limits(devs []string, ranOut bool, peak float64) []plotLimit
 			continue
 		}
 		capBytes := ti.capacity[dev]
-		applies := !isHostDevice(dev) || dev == "cgroup" || (dev == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"])
+		applies := !isHostDevice(dev) || dev == "cgroup" || (dev == "host" && ti.capacity["cgroup"] > 0 && capBytes == ti.capacity["cgroup"]) ||
+			(dev == "host" && capBytes < ti.capacity["ram"]) // the job's rlimit
 		if capBytes == 0 || !applies || seen[capBytes] {
 			continue
 		}
@@ -531,6 +532,9 @@ func (d *panelDraw) drawLimits(limits []plotLimit) error {
 		switch l.dev {
 		case "host", "cgroup":
 			name = "cgroup limit"
+			if l.dev == "host" && l.bytes != d.ti.capacity["cgroup"] {
+				name = "host ceiling (rlimit)"
+			}
 		}
 		line, err := plotter.NewLine(plotter.XYs{{X: d.xmin, Y: toGiB(l.bytes) * d.yScale}, {X: d.xmax, Y: toGiB(l.bytes) * d.yScale}})
 		if err != nil {

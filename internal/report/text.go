@@ -170,6 +170,10 @@ func writeMemory(w io.Writer, s *record.MemorySummary, from, gpuNote string) {
 			}
 			p("%s", line)
 		}
+		if c := ps.HostCeiling; c != "" && ps.HostCeilingBytes > 0 {
+			p("    %-7s %-10s %s of %s  %5.1f%%  (the job's ceiling: %s)", name, "ceiling", humanize.Bytes(ps.HostCeilingPeakBytes),
+				humanize.Bytes(ps.HostCeilingBytes), pct(ps.HostCeilingPeakBytes, ps.HostCeilingBytes), c)
+		}
 		if ps.CgroupLimitBytes > 0 {
 			p("    %-7s %-10s %s of %s  %5.1f%%", name, "cgroup", humanize.Bytes(ps.CgroupPeakBytes),
 				humanize.Bytes(ps.CgroupLimitBytes), pct(ps.CgroupPeakBytes, ps.CgroupLimitBytes))

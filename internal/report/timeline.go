@@ -80,8 +80,8 @@ func (sc *timelineScan) extent(r record.TimelineRow) {
 		sc.seenDev[r.Device] = true
 		ti.devices = append(ti.devices, r.Device)
 	}
-	if r.LimitBytes > ti.capacity[r.Device] {
-		ti.capacity[r.Device] = r.LimitBytes
+	if r.LimitBytes > ti.capacity[r.Device] || r.Device == "host" && r.LimitBytes > 0 {
+		ti.capacity[r.Device] = r.LimitBytes // host: the last, an rlimit read after the start
 	}
 }
 

@@ -251,6 +251,9 @@ func (l *loop) register(gspec group.Spec, inGroup bool) int {
 		}
 		hs.add(newVerifyHook(l))
 		hs.add(&hostMemHook{l: l}) // policy.Outcome.Host (hostmem.go)
+		if h := newPreventHook(l, inGroup); h != nil {
+			hs.add(h) // prevent: (prevent.go)
+		}
 	}
 	hs.add(&rejectionHook{})
 	hs.add(&oomGraceHook{l: l})

@@ -105,6 +105,9 @@ func (l *loop) newClassifier(a *attemptRun) (*classify.Classifier, error) {
 		OnEvent: func(ev classify.Event) {
 			switch ev.Type {
 			case classify.EventStep:
+				if ev.Epoch >= 0 && ev.Epoch != a.epoch && !a.probePhase.Load() {
+					a.sampler.SetPhase(a.sampler.Phase(), ev.Epoch) // a new epoch is a new run of the phase
+				}
 				if ev.Epoch >= 0 {
 					a.epoch = ev.Epoch
 				}
@@ -146,7 +149,7 @@ func (l *loop) newSampler(n int, timeline *os.File) *memory.Sampler {
 	rd, status := l.job.RunDir, l.job.Status
 	return memory.NewSampler(memory.SamplerConfig{
 		GPU: l.gpu, BaseHz: sampling.BaseHz, FastHz: sampling.ValHz, FastFor: sampling.FastWindow,
-		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin,
+		Timeline: tl, Attempt: n, Logger: l.log, Origin: l.origin, SlurmMemBytes: l.slurmMemBytes(),
 		OnWarning: func(w memory.Warning) {
 			status.Printf("warning: %s", w.Message)
 			rd.Write(record.Warning{Attempt: n, Kind: w.Kind, Message: w.Message, Warning: w})

@@ -72,6 +72,9 @@ func endedLabel(r attemptRow) string {
 	if r.code == 0 {
 		return "ok"
 	}
+	if strings.HasPrefix(r.decision, "prevent:") { // prevent.go
+		return fmt.Sprintf("stopped before OOM (exit %d)", r.code)
+	}
 	if r.stoppedBy != 0 && !isMemory(r.verdict.Kind) {
 		// The job died because it was told to stop, whatever its last
 		// words (a KeyboardInterrupt traceback reads as a crash).

@@ -85,6 +85,9 @@ func (w *probeWatch) record(r torchprobe.Record) {
 	}
 	switch r.Kind {
 	case torchprobe.KindStep:
+		if r.Mem != nil && r.Mem.CUDAReserved > 0 { // fragmentation's signs, for the projection (prevent.go)
+			w.sampler.NoteAllocator(r.Mem.CUDAReservedUnallocated, r.Mem.CUDAAllocRetries)
+		}
 		return // counted in every record; not journalled one by one
 	case torchprobe.KindPhase:
 		if r.MainRank() && (r.Phase == string(classify.PhaseTrain) || r.Phase == string(classify.PhaseVal)) {

@@ -76,6 +76,9 @@ type SamplerConfig struct {
 	// GPUTimeout bounds how long one tick waits for NVML (0: 1 s). A stuck
 	// NVML call makes later ticks go on without GPU figures.
 	GPUTimeout time.Duration
+	// SlurmMemBytes is the Slurm job's memory request (0: none, or outside
+	// Slurm), for naming the host ceiling (procfs.ReadCeiling).
+	SlurmMemBytes uint64
 }
 
 // The sampler's results are record types: report reads them from
@@ -94,6 +97,7 @@ const (
 	WarnHostMemory = record.WarnHostMemory
 	WarnValPeak    = record.WarnValPeak
 	WarnLeakTrend  = record.WarnLeakTrend
+	WarnGrowth     = record.WarnGrowth
 )
 
 // Sampler samples a job's GPU and host memory from outside: at BaseHz,
@@ -115,6 +119,7 @@ type Sampler struct {
 	row         []byte
 	timelineErr bool
 	gpuErrLast  string
+	lastUse     uint64 // the root's last reading of its rlimit's use
 
 	mu      sync.Mutex
 	phase   classify.Phase
@@ -136,6 +141,15 @@ type Sampler struct {
 	hostHot    map[string]bool   // "cgroup"/"ram" currently over the warning line
 	lastHost   procfs.HostSample // the last host sample, for LastHost
 	gpuWhy     string
+	// The host ceiling that applies to the job (procfs.ReadCeiling), read
+	// from the root process when it changes and again at each phase change
+	// (a wrapper may set ulimit -d after the start); ceilingPID is the
+	// process it was read from, ceilingStale asks for a new reading.
+	ceiling      procfs.Ceiling
+	ceilingPID   int
+	ceilingStale bool
+	// growthWarned: the phase/device projections already warned about.
+	growthWarned map[string]bool
 }
 
 // memPhaseRun is one uninterrupted stretch of a phase (one epoch's validation,
@@ -149,6 +163,7 @@ type memPhaseRun struct {
 	gpuCap  map[string]uint64
 	host    uint64
 	hostCap uint64
+	alloc   allocSigns
 }
 
 type memRunPeak struct {
@@ -158,6 +173,16 @@ type memRunPeak struct {
 	gpuCap  map[string]uint64
 	host    uint64
 	hostCap uint64
+	alloc   allocSigns
+}
+
+// allocSigns are a run's allocator figures, from the torch probe
+// (NoteAllocator): the most reserved-but-unallocated memory seen, and the
+// allocation retries counted by then. Their rise is fragmentation's sign.
+type allocSigns struct {
+	unallocated int64
+	retries     int64
+	seen        bool
 }
 
 type memPhaseAcc struct {
@@ -171,6 +196,12 @@ type memPhaseAcc struct {
 	ram        uint64
 	ramTotal   uint64
 	maxWorkers int
+	// The host ceiling (its kind and bytes) and the peak use of it, in its
+	// own units (VmData under RLIMIT_DATA, VmSize under RLIMIT_AS, the
+	// cgroup's working set under a cgroup or Slurm, else the tree's PSS).
+	ceilKind  string
+	ceilBytes uint64
+	ceilPeak  uint64
 	// start: the largest fraction of a GPU in use at the phase's first
 	// sample with GPU figures, about its fixed part (weights, CUDA context,
 	// optimizer states once made); startSet once taken.
@@ -222,6 +253,8 @@ func NewSampler(cfg SamplerConfig) *Sampler {
 		valWarned:  map[string]bool{},
 		leakWarned: map[string]int64{},
 		hostHot:    map[string]bool{},
+
+		growthWarned: map[string]bool{},
 	}
 	s.host.KeepOpen()
 	if ok, why := cfg.GPU.Available(); !ok {
@@ -301,23 +334,24 @@ func (s *Sampler) loop(ctx context.Context, sample func(context.Context)) {
 func (s *Sampler) tickJob(ctx context.Context, job procfs.ProcessList) {
 	now := s.cfg.Now()
 	hs, err := s.host.ReadJob(job, now, false)
-	s.sample(ctx, now, hs, err)
+	s.sample(ctx, now, job.PID(), hs, err)
 }
 
 // tick takes one sample of the tree of pid.
 func (s *Sampler) tick(ctx context.Context, pid int) {
 	now := s.cfg.Now()
 	hs, err := s.host.Read(pid, now, false)
-	s.sample(ctx, now, hs, err)
+	s.sample(ctx, now, pid, hs, err)
 }
 
 // sample completes a sample whose host part is hs: the GPUs, with the pids
 // of the processes measured, then the bookkeeping, the timeline rows and
 // the warnings.
-func (s *Sampler) sample(ctx context.Context, now time.Time, hs procfs.HostSample, err error) {
+func (s *Sampler) sample(ctx context.Context, now time.Time, pid int, hs procfs.HostSample, err error) {
 	if err != nil {
 		return // the root exited: the attempt is ending
 	}
+	use := s.ceilingUse(pid, hs)
 	s.pids = s.host.Pids(s.pids)
 	var gs []gpu.Sample
 	if s.gpuWhy == "" {
@@ -326,7 +360,50 @@ func (s *Sampler) sample(ctx context.Context, now time.Time, hs procfs.HostSampl
 		cancel()
 		s.noteGPUError(err)
 	}
-	s.record(now, hs, gs)
+	s.record(now, hs, gs, use)
+}
+
+// ceilingUse reads the host ceiling of root process pid when it is not
+// known yet (or a phase change made it stale), and returns the job's use of
+// it: the root's VmData or VmSize under an rlimit (the kernel counts those
+// per process), the cgroup's working set under a cgroup or Slurm, else the
+// tree's PSS. Run goroutine only.
+func (s *Sampler) ceilingUse(pid int, hs procfs.HostSample) uint64 {
+	s.mu.Lock()
+	stale := s.ceilingStale || s.ceilingPID != pid
+	s.ceilingStale = false
+	c := s.ceiling
+	s.mu.Unlock()
+	root := cmp.Or(s.cfg.ProcRoot, "/proc")
+	if stale {
+		if got, err := procfs.ReadCeiling(root, pid, s.cfg.SlurmMemBytes); err == nil {
+			c = got
+		}
+		s.mu.Lock()
+		s.ceiling, s.ceilingPID = c, pid
+		s.mu.Unlock()
+	}
+	switch c.Kind {
+	case procfs.CeilingData, procfs.CeilingAS:
+		if u, ok := procfs.Usage(root, pid, c.Kind); ok && u > 0 {
+			s.lastUse = u
+			return u
+		}
+		return s.lastUse // the root is exiting: its last reading stands
+	case procfs.CeilingCgroup, procfs.CeilingSlurm:
+		if hs.Cgroup != nil && hs.Cgroup.LimitBytes > 0 {
+			return hs.Cgroup.WorkingSetBytes
+		}
+	}
+	return hs.TreeBytes()
+}
+
+// Ceiling is the host ceiling that applies to the job, as last read (the
+// zero Ceiling: none below the machine's RAM).
+func (s *Sampler) Ceiling() procfs.Ceiling {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ceiling
 }
 
 // noteGPUError logs a GPU sampling error when it differs from the last one.
@@ -351,7 +428,7 @@ func (s *Sampler) noteGPUError(err error) {
 
 // record folds one sample into the summary, the run, the timeline and the
 // warnings.
-func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
+func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample, use uint64) {
 	ms := now.Sub(s.cfg.Origin).Milliseconds()
 	var warns []Warning
 
@@ -418,10 +495,18 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 	acc.hostLimit = limit
 	acc.maxWorkers = max(acc.maxWorkers, hs.Workers)
 	s.lastHost = hs
-	if tree > run.host {
-		run.host = tree
+	// The run's host figure is the use of the ceiling that applies, in its
+	// units: what the projection and the leak trend compare with it.
+	capBytes := limit
+	if s.ceiling.Bytes > 0 {
+		capBytes = s.ceiling.Bytes
 	}
-	run.hostCap = limit
+	acc.ceilKind, acc.ceilBytes = s.ceiling.Kind, capBytes
+	acc.ceilPeak = max(acc.ceilPeak, use)
+	if use > run.host {
+		run.host = use
+	}
+	run.hostCap = capBytes
 	ramUsed := uint64(0)
 	if hs.MemTotalBytes > hs.MemAvailableBytes {
 		ramUsed = hs.MemTotalBytes - hs.MemAvailableBytes
@@ -438,9 +523,14 @@ func (s *Sampler) record(now time.Time, hs procfs.HostSample, gs []gpu.Sample) {
 		warns = s.hostWarning(warns, "cgroup", cgUsed, cgLimit, hs, ms)
 	}
 	warns = s.hostWarning(warns, "ram", ramUsed, hs.MemTotalBytes, hs, ms)
+
+	hostUsed, hostLimit := tree, limit
+	if k := s.ceiling.Kind; k == procfs.CeilingData || k == procfs.CeilingAS {
+		hostUsed, hostLimit = use, capBytes // the rlimit's units
+	}
 	s.mu.Unlock()
 
-	s.writeTimeline(ms, phase, hs, gs, ramUsed, cgUsed, cgLimit)
+	s.writeTimeline(ms, phase, hs, gs, hostUsed, hostLimit, ramUsed, cgUsed, cgLimit)
 	s.emit(warns)
 }
 
@@ -480,7 +570,7 @@ func (s *Sampler) runEpoch() int64 {
 }
 
 // writeTimeline appends this sample's rows in one Write.
-func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSample, gs []gpu.Sample, ramUsed, cgUsed, cgLimit uint64) {
+func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSample, gs []gpu.Sample, hostUsed, hostLimit, ramUsed, cgUsed, cgLimit uint64) {
 	if s.cfg.Timeline == nil || s.timelineErr {
 		return
 	}
@@ -516,7 +606,7 @@ func (s *Sampler) writeTimeline(ms int64, phase classify.Phase, hs procfs.HostSa
 		b = strconv.AppendUint(b, limit, 10)
 		b = append(b, ",\n"...)
 	}
-	row("host", hs.TreeBytes(), hs.LimitBytes())
+	row("host", hostUsed, hostLimit)
 	if cgLimit > 0 {
 		row("cgroup", cgUsed, cgLimit)
 	}
@@ -578,6 +668,7 @@ func (s *Sampler) setPhase(p classify.Phase, epoch int64) {
 	warns := s.endRun()
 	s.phase, s.epoch = p, epoch
 	s.changed = s.cfg.Now()
+	s.ceilingStale = true
 	s.startRun(p, epoch)
 	s.mu.Unlock()
 	select {
@@ -609,7 +700,7 @@ func (s *Sampler) endRun() []Warning {
 	if len(h) > 0 && h[len(h)-1].isEpoch != r.isEpoch {
 		h = h[:0] // epochs became known (or unknown): start the trend over
 	}
-	h = append(h, memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap})
+	h = append(h, memRunPeak{label: r.label, isEpoch: r.isEpoch, gpu: r.gpu, gpuCap: r.gpuCap, host: r.host, hostCap: r.hostCap, alloc: r.alloc})
 	if len(h) > leakHistory {
 		h = append(h[:0], h[len(h)-leakHistory:]...)
 	}
@@ -633,7 +724,7 @@ func (s *Sampler) endRun() []Warning {
 	}, LeakMinRiseHost); ok {
 		warns = append(warns, w)
 	}
-	return warns
+	return s.growthWarnings(warns, r.phase)
 }
 
 // leakTrend looks at the tail of a phase's history for one device: at least
@@ -726,7 +817,7 @@ func (s *Sampler) Summary() Summary {
 		a := s.acc[p]
 		ps := PhaseSummary{Phase: p, Samples: a.samples, HostPeakBytes: a.host, HostLimitBytes: a.hostLimit, HostPeakMs: a.hostMs,
 			CgroupPeakBytes: a.cg, CgroupLimitBytes: a.cgLimit, RAMPeakBytes: a.ram, RAMTotalBytes: a.ramTotal, MaxWorkers: a.maxWorkers,
-			StartFraction: a.start}
+			StartFraction: a.start, HostCeiling: a.ceilKind, HostCeilingBytes: a.ceilBytes, HostCeilingPeakBytes: a.ceilPeak}
 		if a.hostLimit > 0 {
 			ps.HostPeakFraction = float64(a.host) / float64(a.hostLimit)
 		}

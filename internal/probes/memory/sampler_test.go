@@ -200,7 +200,7 @@ func TestSamplerPeaksTimelineAndValWarning(t *testing.T) {
 func memRecordSynthetic(s *Sampler, c *memClock, gpuUsed uint64, host uint64) {
 	gs := []gpu.Sample{{ID: "gpu0", UUID: "GPU-x", UsedBytes: gpuUsed, TotalBytes: 40 * memGiB}}
 	hs := procfs.HostSample{RSSBytes: host, PSSBytes: host, MemTotalBytes: 64 * memGiB, MemAvailableBytes: 32 * memGiB}
-	s.record(c.Now(), hs, gs)
+	s.record(c.Now(), hs, gs, hs.TreeBytes())
 	c.Add(100 * time.Millisecond)
 }
 
@@ -402,7 +402,7 @@ func TestOpenTimelineWritesTheHeaderOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := NewSampler(SamplerConfig{GPU: gputest.NewFake(1, memGiB), Timeline: f, Attempt: attempt})
-		s.record(time.Now(), procfs.HostSample{RSSBytes: 1, MemTotalBytes: 2}, nil)
+		s.record(time.Now(), procfs.HostSample{RSSBytes: 1, MemTotalBytes: 2}, nil, 1)
 		f.Close()
 	}
 	b, _ := os.ReadFile(path)

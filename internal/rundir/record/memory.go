@@ -19,6 +19,7 @@ const (
 	WarnHostMemory WarningKind = "host_memory"            // host memory over 90% of the cgroup limit or RAM
 	WarnValPeak    WarningKind = "val_peak_near_capacity" // a validation peak within 5% of a GPU's capacity
 	WarnLeakTrend  WarningKind = "leak_trend"             // the same phase peaks higher run after run
+	WarnGrowth     WarningKind = "growth_projection"      // a fit over the runs' peaks reaches the ceiling (memory.Project)
 	// WarnAllocOption: the job's PyTorch refused an allocator option
 	// gpuguard added (not a memory warning; journalled as one warning).
 	WarnAllocOption WarningKind = "allocator_option_refused"
@@ -84,6 +85,14 @@ type PhaseSummary struct {
 	RAMPeakBytes  uint64 `json:"ram_peak_bytes"`
 	RAMTotalBytes uint64 `json:"ram_total_bytes"`
 	MaxWorkers    int    `json:"max_workers"`
+	// HostCeiling names the host ceiling that applies to the job
+	// (RLIMIT_DATA, RLIMIT_AS, the memory cgroup's limit, Slurm's --mem;
+	// "" when none is below the machine's RAM), HostCeilingBytes is it
+	// (the RAM when none), HostCeilingPeakBytes the peak use of it in its
+	// units (VmData, VmSize, the cgroup's working set, the tree's PSS).
+	HostCeiling          string `json:"host_ceiling,omitempty"`
+	HostCeilingBytes     uint64 `json:"host_ceiling_bytes,omitempty"`
+	HostCeilingPeakBytes uint64 `json:"host_ceiling_peak_bytes,omitempty"`
 }
 
 // DevicePeak is the peak of one GPU in one phase (memory.DevicePeak).

@@ -17,12 +17,15 @@ import (
 //	attempt     attempt number
 //	phase       phase in effect ("train", "val", "" before any marker)
 //	device      "gpu<N>" / "gpu<N>.mig<M>" (NVML index), "host" (the job's
-//	            process tree, PSS), "cgroup" (the memory cgroup's working set;
+//	            process tree, PSS; under an RLIMIT_DATA or RLIMIT_AS, the
+//	            root process's VmData or VmSize, as the kernel counts it
+//	            against the limit), "cgroup" (the memory cgroup's working set;
 //	            only when it has a limit), "ram" (the machine: MemTotal minus
 //	            MemAvailable)
 //	used_bytes  bytes in use (GPU: total minus free, all processes)
 //	limit_bytes capacity: GPU memory, the ceiling that applies to the job
-//	            (host: the cgroup limit when lower than RAM, else RAM), the
+//	            (host: the rlimit, else the cgroup limit when lower than
+//	            RAM, else RAM), the
 //	            cgroup limit, the RAM
 //	job_bytes   GPU only: memory of the job's processes as NVML attributes
 //	            it; empty when unknown
