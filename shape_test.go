@@ -26,8 +26,6 @@ const maxFuncLines = 120
 // (internal/probes/gpu/gputest is bounded).
 var longFunctionsExempt = []string{
 	"internal/probes/classify", // detectFailure, detectTrain, outOfMemory, ...: the classifier is being changed
-	"internal/policy",          // Decide, Render: the policy is being changed (prevent:)
-	"internal/probes/gpu",      // within the limit now, but the NVML probe is being reworked
 }
 
 // TestNoLongFunctions checks every non-test Go file of the module (testdata

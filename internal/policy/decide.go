@@ -270,37 +270,11 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 		d.Rejected = c.Knob
 		return d
 	}
-	if st.Relaunches >= p.budget.relaunches {
-		d.Reason = fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
+	b, spent := p.budgets(st, out, kind, what)
+	if spent != "" {
+		d.Reason = spent
 		return d
 	}
-	if kind == classify.KindCrash && p.budget.crash == 0 {
-		d.Reason = fmt.Sprintf("%s: not a memory failure, and the policy does not retry crashes (budget.crash is 0); status %d is passed on", what, out.Exit.Code)
-		return d
-	}
-	limit, limited := p.budget.perKind[kind]
-	if kind == classify.KindCrash {
-		limit, limited = p.budget.crash, true
-	}
-	if limited && st.ByKind[kind] >= limit {
-		d.Reason = fmt.Sprintf("%s; budget for %s exhausted (%d/%d)", what, kind, st.ByKind[kind], limit)
-		return d
-	}
-	// Progress compares like with like: a checkpoint's step is a training
-	// step, comparable with a training step the job printed, never with a
-	// progress bar's position within an epoch (Cmp says it cannot tell).
-	noProgress := false
-	v := out.Verdict
-	if out.StartStep != nil && v.Step != nil {
-		c, ok := v.Position().Cmp(classify.GlobalStep(*out.StartStep))
-		noProgress = ok && c <= 0
-	}
-	if noProgress && st.NoProgress >= p.budget.noProgress {
-		d.Reason = fmt.Sprintf("%s; attempt %d resumed from step %d and got no further (step %d, read at line %d: %q), and the no-progress budget is exhausted (%d/%d)",
-			what, out.Attempt, *out.StartStep, *v.Step, v.StepLine, v.StepText, st.NoProgress, p.budget.noProgress)
-		return d
-	}
-
 	if len(out.Unapplied) > 0 {
 		return p.unappliedDecision(st, out, kind, what, d)
 	}
@@ -311,28 +285,79 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 			st.Seen = st.Seen[len(st.Seen)-maxFitSeen:]
 		}
 	}
+	return p.tryRules(st, out, kind, what, b, d)
+}
+
+// budgetView is what the budgets say of a failure that may be relaunched:
+// the limit of its kind, if it has one, and whether the attempt got no
+// further than the step it resumed from.
+type budgetView struct {
+	limit      int
+	limited    bool
+	noProgress bool
+}
+
+// budgets checks the relaunch, crash, per-kind and no-progress budgets in
+// that order; spent is the reason to give up when one is exhausted.
+func (p *Policy) budgets(st State, out Outcome, kind classify.Kind, what string) (b budgetView, spent string) {
+	if st.Relaunches >= p.budget.relaunches {
+		return b, fmt.Sprintf("%s; relaunch budget exhausted (%d/%d)", what, st.Relaunches, p.budget.relaunches)
+	}
+	if kind == classify.KindCrash && p.budget.crash == 0 {
+		return b, fmt.Sprintf("%s: not a memory failure, and the policy does not retry crashes (budget.crash is 0); status %d is passed on", what, out.Exit.Code)
+	}
+	b.limit, b.limited = p.budget.perKind[kind]
+	if kind == classify.KindCrash {
+		b.limit, b.limited = p.budget.crash, true
+	}
+	if b.limited && st.ByKind[kind] >= b.limit {
+		return b, fmt.Sprintf("%s; budget for %s exhausted (%d/%d)", what, kind, st.ByKind[kind], b.limit)
+	}
+	// Progress compares like with like: a checkpoint's step is a training
+	// step, comparable with a training step the job printed, never with a
+	// progress bar's position within an epoch (Cmp says it cannot tell).
+	v := out.Verdict
+	if out.StartStep != nil && v.Step != nil {
+		c, ok := v.Position().Cmp(classify.GlobalStep(*out.StartStep))
+		b.noProgress = ok && c <= 0
+	}
+	if b.noProgress && st.NoProgress >= p.budget.noProgress {
+		return b, fmt.Sprintf("%s; attempt %d resumed from step %d and got no further (step %d, read at line %d: %q), and the no-progress budget is exhausted (%d/%d)",
+			what, out.Attempt, *out.StartStep, *v.Step, v.StepLine, v.StepText, st.NoProgress, p.budget.noProgress)
+	}
+	return b, ""
+}
+
+// rulesFor is the order the rules are tried in. Evidence over labels: after
+// a host OOM, the rules that agree with what held the memory (the sampler's
+// attribution by role) come first, whatever their when: says of the phase.
+func (p *Policy) rulesFor(ev hostEvidence, haveEv bool) []*rule {
+	if !haveEv {
+		return p.rules
+	}
+	rules := make([]*rule, 0, len(p.rules))
+	for _, r := range p.rules {
+		if ev.fits(r) {
+			rules = append(rules, r)
+		}
+	}
+	for _, r := range p.rules {
+		if !ev.fits(r) {
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// tryRules fires the first step, of the first matching rule, that can
+// still act; with none, the decision gives up and says whether no rule
+// matched or every matching one was at its floors.
+func (p *Policy) tryRules(st State, out Outcome, kind classify.Kind, what string, b budgetView, d Decision) Decision {
 	var floors []string
 	var causes []string // steps passed over: their change was not the cause
 	matched := 0
-	// Evidence over labels: after a host OOM, the rules that agree with
-	// what held the memory (the sampler's attribution by role) are tried
-	// first, whatever their when: says of the phase.
 	ev, haveEv := evidenceOf(kind, out)
-	rules := p.rules
-	if haveEv {
-		rules = make([]*rule, 0, len(p.rules))
-		for _, r := range p.rules {
-			if ev.fits(r) {
-				rules = append(rules, r)
-			}
-		}
-		for _, r := range p.rules {
-			if !ev.fits(r) {
-				rules = append(rules, r)
-			}
-		}
-	}
-	for _, r := range rules {
+	for _, r := range p.rulesFor(ev, haveEv) {
 		if !r.when.matches(kind, out) {
 			continue
 		}
@@ -363,40 +388,11 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 				floors = append(floors, fmt.Sprintf("rule %s step %d: %s", r.name, i+1, why))
 				continue
 			}
-			for len(rs.Acts) <= i {
-				rs.Acts = append(rs.Acts, 0)
-			}
-			rs.Step, rs.Fired = i, rs.Fired+1
-			rs.Acts[i]++
-			st.Rules[r.name] = rs
-			st.Values = vals
-			st.ByKind[kind]++
-			if noProgress {
-				st.NoProgress++
-			}
-			d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, changes
 			if haveEv {
 				causes = append([]string{p.evidenceNote(ev, r, kind, out)}, causes...)
 			}
-			d.Note = strings.Join(causes, "; ")
-			d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
-			st.Relaunches++
-			st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: changes, Kind: string(kind), Phase: string(v.Phase), Site: v.Site}
-			if v.OOM != nil && v.OOM.RequestedBytes != nil {
-				st.Last.RequestedBytes = ptrTo(*v.OOM.RequestedBytes)
-			}
-			d.Reason = fmt.Sprintf("%s matched rule %s (step %d of %d); relaunch %d of %d", what, r.name, i+1, len(r.steps), st.Relaunches, p.budget.relaunches)
-			if limited {
-				d.Reason += fmt.Sprintf(", %s %d of %d", kind, st.ByKind[kind], limit)
-			}
-			if noProgress {
-				d.Reason += fmt.Sprintf(", no progress %d of %d", st.NoProgress, p.budget.noProgress)
-			}
-			if d.Note != "" {
-				d.Reason += "; " + d.Note
-			}
-			d.State = st
-			return d
+			f := firing{rule: r, rs: rs, step: i, vals: vals, changes: changes, note: strings.Join(causes, "; ")}
+			return p.relaunch(st, out, kind, what, b, f, d)
 		}
 	}
 	d.State = st
@@ -405,6 +401,54 @@ func (p *Policy) Decide(st State, out Outcome) (d Decision) {
 	} else {
 		d.Reason = fmt.Sprintf("%s: every matching rule is at its floors (%s); status %d is passed on", what, strings.Join(floors, "; "), out.Exit.Code)
 	}
+	return d
+}
+
+// firing is the step of a rule that acts: the rule's position before it,
+// the values after it, and the note on steps passed over and evidence.
+type firing struct {
+	rule    *rule
+	rs      RuleState
+	step    int // index in rule.steps
+	vals    Values
+	changes []Change
+	note    string
+}
+
+// relaunch is the decision to relaunch with f's step: the rule's position
+// and counts, the budgets spent, the backoff, and the reason in full.
+func (p *Policy) relaunch(st State, out Outcome, kind classify.Kind, what string, b budgetView, f firing, d Decision) Decision {
+	r, rs, i, v := f.rule, f.rs, f.step, out.Verdict
+	for len(rs.Acts) <= i {
+		rs.Acts = append(rs.Acts, 0)
+	}
+	rs.Step, rs.Fired = i, rs.Fired+1
+	rs.Acts[i]++
+	st.Rules[r.name] = rs
+	st.Values = f.vals
+	st.ByKind[kind]++
+	if b.noProgress {
+		st.NoProgress++
+	}
+	d.Verb, d.Rule, d.Step, d.Changes = Relaunch, r.name, i+1, f.changes
+	d.Note = f.note
+	d.Backoff = p.backoff.wait(st.Relaunches, out.Rand)
+	st.Relaunches++
+	st.Last = &Relaunched{Attempt: out.Attempt, Rule: r.name, Step: i + 1, Changes: f.changes, Kind: string(kind), Phase: string(v.Phase), Site: v.Site}
+	if v.OOM != nil && v.OOM.RequestedBytes != nil {
+		st.Last.RequestedBytes = ptrTo(*v.OOM.RequestedBytes)
+	}
+	d.Reason = fmt.Sprintf("%s matched rule %s (step %d of %d); relaunch %d of %d", what, r.name, i+1, len(r.steps), st.Relaunches, p.budget.relaunches)
+	if b.limited {
+		d.Reason += fmt.Sprintf(", %s %d of %d", kind, st.ByKind[kind], b.limit)
+	}
+	if b.noProgress {
+		d.Reason += fmt.Sprintf(", no progress %d of %d", st.NoProgress, p.budget.noProgress)
+	}
+	if d.Note != "" {
+		d.Reason += "; " + d.Note
+	}
+	d.State = st
 	return d
 }
 

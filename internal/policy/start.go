@@ -268,16 +268,33 @@ func missingHint(k *knob, u use) string {
 // that are no longer in the policy (from an older state.json): they are
 // ignored.
 func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, readFile FileReader) (Launch, error) {
-	reads := p.read(job, readFile)
 	l := Launch{Argv: slices.Clone(job.Argv), Env: slices.Clone(job.Env)}
-	type cfg struct {
-		occ    *occurrence
-		path   string
-		edits  []configEdit
-		labels []string
+	cfgs, list := p.renderKnobs(&l, vals, p.read(job, readFile))
+	p.renderEnvVars(&l, job, vals)
+	list = append(list, deriveConfigs(&l, job, cfgs, derivedDir, readFile)...)
+	if checkpoint != "" {
+		p.passCheckpoint(&l, checkpoint)
 	}
-	var cfgs []*cfg
-	var list []error
+	if len(list) > 0 {
+		return Launch{}, errors.Join(list...)
+	}
+	return l, nil
+}
+
+// configEdits are the knobs set in one config file the command names: its
+// derived copy gets them.
+type configEdits struct {
+	occ    *occurrence
+	path   string
+	edits  []configEdit
+	labels []string
+}
+
+// renderKnobs sets each knob whose value differs from what the command has
+// where the knob lives: a flag or argument of the command, a variable of its
+// environment, or a key of a config file (gathered per file, for its
+// derived copy).
+func (p *Policy) renderKnobs(l *Launch, vals Values, reads map[string]knobRead) (cfgs []*configEdits, list []error) {
 	for _, k := range p.knobs {
 		v, ok := vals[k.name]
 		r := reads[k.name]
@@ -319,20 +336,21 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 				list = append(list, fmt.Errorf("knob %s: cannot set %s to %s: the command names no config file with %s", k.name, joinKey(k.yamlKey), v, k.configWhere()))
 				continue
 			}
-			var c *cfg
-			for _, x := range cfgs {
-				if x.occ.idx == r.cfgOcc.idx {
-					c = x
-				}
+			i := slices.IndexFunc(cfgs, func(c *configEdits) bool { return c.occ.idx == r.cfgOcc.idx })
+			if i < 0 {
+				cfgs, i = append(cfgs, &configEdits{occ: r.cfgOcc, path: r.cfgPath}), len(cfgs)
 			}
-			if c == nil {
-				c = &cfg{occ: r.cfgOcc, path: r.cfgPath}
-				cfgs = append(cfgs, c)
-			}
+			c := cfgs[i]
 			c.edits = append(c.edits, configEdit{path: k.yamlKey, value: v})
 			c.labels = append(c.labels, fmt.Sprintf("%s %s → %s", joinKey(k.yamlKey), old, k.show(v, true)))
 		}
 	}
+	return cfgs, list
+}
+
+// renderEnvVars sets or unsets the environment variables the policy's
+// steps change (env:), keeping the allocator's variables in step.
+func (p *Policy) renderEnvVars(l *Launch, job Job, vals Values) {
 	for _, name := range p.envVars {
 		v, ok := vals[EnvKey(name)]
 		old, had := envlist.Lookup(job.Env, name)
@@ -350,9 +368,15 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 		l.Env = envlist.Set(l.Env, name, v.Text)
 		l.Notes = append(l.Notes, fmt.Sprintf("env %s=%s (was %s)", name, v.Text, old))
 		if isAllocatorVar(name) {
-			p.syncAllocatorVars(&l, name, old, had, v.Text)
+			p.syncAllocatorVars(l, name, old, had, v.Text)
 		}
 	}
+}
+
+// deriveConfigs writes, into the launch, a derived copy of each config file
+// with its edits (the original is never touched), and points the command at
+// the copy.
+func deriveConfigs(l *Launch, job Job, cfgs []*configEdits, derivedDir string, readFile FileReader) (list []error) {
 	usedNames := map[string]bool{}
 	for _, c := range cfgs {
 		data, err := readFile(c.path)
@@ -387,13 +411,7 @@ func (p *Policy) Render(job Job, vals Values, checkpoint, derivedDir string, rea
 		}
 		l.Notes = append(l.Notes, note)
 	}
-	if checkpoint != "" {
-		p.passCheckpoint(&l, checkpoint)
-	}
-	if len(list) > 0 {
-		return Launch{}, errors.Join(list...)
-	}
-	return l, nil
+	return list
 }
 
 // isAllocatorVar reports whether name is one of the variables PyTorch reads

@@ -204,32 +204,9 @@ func judge(s0, s1 activitySnap, workers map[actKey]bool) record.HangActivity {
 	act.CPUWaitS = float64(waitNs) / 1e9
 	gpuBusy, gpuSpin := judgeGPU(s0.gpu, s1.gpu, &act)
 
-	// The loader workers: those seen alive, and zombies that are a
-	// worker's child of its parent's name.
-	dead, idleWorkers := 0, 0
-	counted := map[actKey]bool{}
-	for k := range workers {
-		counted[k] = true
-		a, ok := now[k]
-		switch {
-		case !ok || a.Zombie():
-			dead++
-		case slices.Contains(act.Blocked, a.PID):
-			idleWorkers++
-		}
-	}
-	for _, a := range s1.procs {
-		k := actKey{a.PID, a.Start}
-		if counted[k] || !a.Zombie() || a.PID == s1.root {
-			continue
-		}
-		if pc, ok := comm[a.PPID]; ok && (a.Comm == pc || strings.HasPrefix(a.Comm, "pt_data_worker")) {
-			counted[k] = true
-			dead++
-		}
-	}
-	act.Workers = len(counted)
-	act.WorkersDead = dead
+	var idleWorkers int
+	act.Workers, act.WorkersDead, idleWorkers = countWorkers(s1, workers, now, comm, act.Blocked)
+	dead := act.WorkersDead
 
 	figures := fmt.Sprintf("CPU %.2fs", act.CPUS)
 	if act.CPUWaitS >= idleCPUShare*window.Seconds() {
@@ -319,4 +296,32 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// countWorkers counts the loader workers: those seen alive in the attempt
+// (dead now if gone or a zombie, idle if blocked), and zombies that are a
+// worker's child of its parent's name.
+func countWorkers(s1 activitySnap, workers map[actKey]bool, now map[actKey]procfs.Activity, comm map[int]string, blocked []int) (total, dead, idle int) {
+	counted := map[actKey]bool{}
+	for k := range workers {
+		counted[k] = true
+		a, ok := now[k]
+		switch {
+		case !ok || a.Zombie():
+			dead++
+		case slices.Contains(blocked, a.PID):
+			idle++
+		}
+	}
+	for _, a := range s1.procs {
+		k := actKey{a.PID, a.Start}
+		if counted[k] || !a.Zombie() || a.PID == s1.root {
+			continue
+		}
+		if pc, ok := comm[a.PPID]; ok && (a.Comm == pc || strings.HasPrefix(a.Comm, "pt_data_worker")) {
+			counted[k] = true
+			dead++
+		}
+	}
+	return len(counted), dead, idle
 }
