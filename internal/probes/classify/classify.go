@@ -78,6 +78,7 @@ type Classifier struct {
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
 	ebuf []byte   // a line with escaped newlines, unescaped (message.go)
+	jbuf []byte   // a JSON record's message and multi-line field, joined (message.go)
 	num  int      // number of the line being read
 	rank int      // rank prefix of the line being read, -1 when none
 
@@ -809,6 +810,12 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	if f.oom != nil && f.oom.Format == "caught" {
 		f.caught = true
 		caughtFigures(&f, t)
+	}
+	if f.class == classMemory && !f.caught && f.oom != nil && f.oom.Exception == "" && saysHandled(t) {
+		// "[OOM] CUDA out of memory. Waiting 10 seconds and trying
+		// again...": the program's own words, on the error's line, that it
+		// goes on (first_failure.go).
+		f.caught = true
 	}
 	classifyConsequence(&f, t)
 	if f.class == classMemory && f.site == "" {

@@ -60,7 +60,7 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
 		return f, true
 	}
-	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ")) {
+	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ") || bHas(t, "Out of memory error on ")) {
 		if f, ok := allocFormLine(t); ok {
 			return f, true
 		}

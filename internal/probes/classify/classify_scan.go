@@ -100,6 +100,7 @@ const (
 	kwGpuguard
 	kwStep
 	kwNumUpdates
+	kwUpdate // "update 1100": an optimizer update's counter
 	kwParenVal
 	kwParenTest
 	kwParenTrain
@@ -191,6 +192,7 @@ var kwTable = []kwEntry{
 	{kwGpuguard, "gpuguard:", false},
 	{kwStep, "step", true},
 	{kwNumUpdates, "num_updates", false},
+	{kwUpdate, "update ", true},
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},

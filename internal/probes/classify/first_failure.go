@@ -302,3 +302,20 @@ func noteWords(notes []failureNote) []string {
 	}
 	return d
 }
+
+// saysHandled reads, on an OOM line that raised nothing (no exception name
+// before the message), the words a program uses when it catches the error
+// and goes on: it skips the batch, retries or tries again, waits, lowers
+// the batch size, or falls back. A raised exception's line never says so;
+// its advice ("try setting max_split_size_mb") is no handling.
+func saysHandled(t []byte) bool {
+	for _, w := range handledWords {
+		if indexFoldASCII(t, w) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+var handledWords = [...]string{"skipping", "trying again", "retrying", "will retry", "retry with",
+	"reducing batch", "reducing the batch", "halving", "falling back", "waiting "}

@@ -655,7 +655,7 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
-	if h.has(kwStep) || h.has(kwIter) {
+	if h.has(kwStep) || h.has(kwIter) || h.has(kwUpdate) {
 		if v, tot, key := namedStep(t, h); key != keyNone {
 			switch {
 			case tot >= 0 || lossNumber(t):
