@@ -397,7 +397,7 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	if c.srcAt == c.num && rank == c.srcRank {
 		c.srcAt = 0
 		if len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
-			if p := sourcePhase(t, c.srcLib); p != PhaseNone {
+			if p := sourcePhase(t, c.srcLib); p != PhaseNone && !(p == PhaseTrain && c.phase == PhaseVal && !c.srcLib && runEntryCall(t)) {
 				r := newPhaseHit(p)
 				c.applyPhase(&r, t)
 			}
@@ -492,6 +492,9 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 	case c == 'E':
 		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
+		if bHasPrefix(tl, "│") {
+			return bHas(tl, ".py:"), false // a rich traceback's frame (traceback_phase.go)
+		}
 		return false, len(tl) <= 48
 	case len(tl) <= 24:
 		return false, localizedKilled[string(trimSpace(tl))]

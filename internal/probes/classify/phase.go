@@ -327,6 +327,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
 		return tracebackFrame(tl, r)
 	}
+	if bHasPrefix(tl, "│") {
+		return richFrame(tl, r)
+	}
 	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwSanity) || len(tl) > 0 && (tl[0]|0x20 == 'v' || tl[0] == 'e' || tl[0] == 't' || tl[0] == 'p' || bHasPrefix(tl, "Eval") || bHasPrefix(tl, "Predict"))) && tqdmDescPhase(tl, r) {
 		// ("val epoch 3:", "eval epoch 3:", "test:", "Predicting DataLoader 0:"
 		// hold no keyword.)
@@ -1325,6 +1328,16 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		return false
 	}
 	name := trimSpace(tl[i+len(", in "):])
+	path := []byte(nil)
+	if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
+		path = tl[len("File \"") : len("File \"")+q]
+	}
+	return frameNamePhase(path, name, r)
+}
+
+// frameNamePhase reads a frame's function name and module path (see
+// tracebackFrame).
+func frameNamePhase(path, name []byte, r *phaseHit) bool {
 	// Functions that run only while validating, or only while training, in
 	// the frameworks' code: a traceback that passes through one (the
 	// deepest, printed last, decides) shows the phase the failure happened
@@ -1347,10 +1360,6 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		"_fit_train", "fit_batch": // SpeechBrain
 		*r = newPhaseHit(PhaseTrain)
 	default:
-		path := []byte(nil)
-		if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
-			path = tl[len("File \"") : len("File \"")+q]
-		}
 		p := framePhase(path, name)
 		if p == PhaseNone {
 			return false

@@ -160,7 +160,9 @@ func glogMessage(t []byte) []byte {
 func tqdmDescPhase(tl []byte, r *phaseHit) bool {
 	i := bIndex(tl[:min(len(tl), 160)], "%|")
 	if i < 0 {
-		return false
+		if i = barlessPercent(tl[:min(len(tl), 160)]); i < 0 {
+			return false
+		}
 	}
 	j := i
 	for j > 0 && (asciiDigit(tl[j-1]) || tl[j-1] == ' ' || tl[j-1] == '.') {
@@ -323,4 +325,34 @@ func hasAnyWord(b []byte, words []string) bool {
 		i = j
 	}
 	return false
+}
+
+// barlessPercent finds the percentage of a tqdm bar drawn without its bar:
+// tqdm.notebook's (Jupyter, Colab) text, pasted, and a terminal too narrow
+// for the bar print l_bar and r_bar alone, "desc:   3% 1/32 [00:01<00:46,
+// 1.50s/it]". The shape: a percentage, a space, n/total, " [". -1 when
+// there is none.
+func barlessPercent(tl []byte) int {
+	for off := 0; off < len(tl); {
+		k := bIndex(tl[off:], "% ")
+		if k < 0 {
+			return -1
+		}
+		k += off
+		off = k + 2
+		if k == 0 || !asciiDigit(tl[k-1]) {
+			continue
+		}
+		r := trimSpaceLeft(tl[k+2:])
+		_, n, ok := scanInt(r)
+		if !ok || n == 0 || n >= len(r) || r[n] != '/' {
+			continue
+		}
+		_, m, ok := scanInt(r[n+1:])
+		if !ok || m == 0 || !bHasPrefix(r[n+1+m:], " [") {
+			continue
+		}
+		return k
+	}
+	return -1
 }
