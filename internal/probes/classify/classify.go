@@ -925,6 +925,13 @@ func (c *Classifier) merge(cur, f *failure) {
 	if !f.lowConf {
 		cur.lowConf = false
 	}
+	if cur.kind == KindHostOOM && messengerFamily(cur.family) && !messengerFamily(f.family) && f.class == classMemory {
+		// "line 28:  8156 Killed  python3 main.py", then "slurmstepd:
+		// error: Detected 1 oom-kill event(s)": a shell or an exit status
+		// only passes on the signal; the killer's own report names who
+		// killed the job and why, and so the remedy.
+		cur.reason, cur.family = f.reason, f.family
+	}
 	if f.worker {
 		cur.worker = true
 	}
@@ -1189,3 +1196,11 @@ func (c *Classifier) Exit(e Exit) {
 }
 
 func itoa(v int64) string { return fmt.Sprint(v) }
+
+// messengerFamily says whether a host kill's report only passes on the
+// signal (a shell's "Killed", an exit status of 137, a DataLoader's word
+// about its worker) rather than coming from the killer (the kernel, the
+// memory cgroup, Slurm, a container runtime, Ray, Kubernetes).
+func messengerFamily(f string) bool {
+	return f == "shell" || f == "sigkill" || f == "dataloader"
+}

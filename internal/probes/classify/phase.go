@@ -701,7 +701,7 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 	}
-	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
+	if h.has(kwLossDict) && (bHasPrefix(tl, "{'loss'") || afterBar(t, h.at(kwLossDict))) {
 		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}";
 		// with the step where the job logs it ("'step': 40").
 		if h.has(kwStep) {

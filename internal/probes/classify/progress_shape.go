@@ -356,3 +356,11 @@ func barlessPercent(tl []byte) int {
 	}
 	return -1
 }
+
+// afterBar says whether the text at t[at:] was glued to a progress bar's
+// frame: tqdm ends a frame with its r_bar ("[24:16<16:33, 11.93it/s]") and
+// no newline, so the next print starts right after the ']'. What follows is
+// a record of its own ("...it/s]{'loss': 0.7283, ...}").
+func afterBar(t []byte, at int) bool {
+	return at > 0 && at <= len(t) && t[at-1] == ']' && bIndex(t[:at], "%|") >= 0
+}
