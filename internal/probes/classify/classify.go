@@ -79,6 +79,7 @@ type Classifier struct {
 	buf  []byte   // frames of a line with literal "#015"
 	ebuf []byte   // a line with escaped newlines, unescaped (message.go)
 	jbuf []byte   // a JSON record's message and multi-line field, joined (message.go)
+	tb   tbRecord // the rank a traceback's record named (recordRank)
 	num  int      // number of the line being read
 	rank int      // rank prefix of the line being read, -1 when none
 
@@ -263,6 +264,7 @@ func NewClassifier(o ClassifierOptions) (*Classifier, error) {
 	c := &Classifier{
 		opts: o, m: getKWMatcher(), user: user,
 		valEpoch: -1, epoch: -1, st: noStep, stText: make([]byte, 0, maxStepText),
+		tb: tbRecord{rank: -1},
 	}
 	for i := range c.ev {
 		c.ev[i] = place{-1, -1, -1}
@@ -403,6 +405,7 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 			}
 		}
 	}
+	c.tb.line(c, t, rank, h.has(kwTraceback))
 	if h.has(kwFrame) {
 		c.lastFrame.note(t, c.num, rank)
 		if bHasPrefix(trimSpaceLeft(t), "File \"") {
@@ -810,6 +813,9 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	if f.rank < 0 {
 		f.rank = rankInText(t)
 	}
+	if f.rank < 0 && c.tb.rank >= 0 {
+		f.rank = c.tb.rank
+	}
 	if f.oom != nil && f.oom.Format == "caught" {
 		f.caught = true
 		caughtFigures(&f, t)
@@ -1203,4 +1209,39 @@ func itoa(v int64) string { return fmt.Sprint(v) }
 // memory cgroup, Slurm, a container runtime, Ray, Kubernetes).
 func messengerFamily(f string) bool {
 	return f == "shell" || f == "sigkill" || f == "dataloader"
+}
+
+// tbRecord follows a traceback that a logger wrote as one record: the
+// record's prefix, on its first line only, names the rank ("[2025-03-25
+// 08:14:02 TP3] Scheduler hit an exception: Traceback (most recent call
+// last):"), and the lines that follow, unprefixed, are the rest of the
+// record: the frames (indented), the chained-exception headers, and the
+// exception's line, which ends it. A failure read on them has that rank.
+type tbRecord struct {
+	rank int  // the record's rank, -1: none
+	end  bool // the exception's line was read: the next line is another record
+}
+
+func (r *tbRecord) line(c *Classifier, t []byte, rank int, start bool) {
+	if start {
+		r.rank, r.end = rank, false
+		if r.rank < 0 {
+			r.rank = engineRank(t)
+		}
+		return
+	}
+	if r.rank < 0 {
+		return
+	}
+	if r.end || rank >= 0 {
+		r.rank = -1 // another record
+		return
+	}
+	if len(t) == 0 || t[0] == ' ' || t[0] == '\t' || bHasPrefix(t, "During handling") || bHasPrefix(t, "The above exception") {
+		if len(t) == 0 {
+			r.rank = -1
+		}
+		return
+	}
+	r.end = true // the exception's line: the last of the record
 }

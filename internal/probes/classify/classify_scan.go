@@ -101,6 +101,7 @@ const (
 	kwStep
 	kwNumUpdates
 	kwUpdate // "update 1100": an optimizer update's counter
+	kwTraceback
 	kwParenVal
 	kwParenTest
 	kwParenTrain
@@ -193,6 +194,7 @@ var kwTable = []kwEntry{
 	{kwStep, "step", true},
 	{kwNumUpdates, "num_updates", false},
 	{kwUpdate, "update ", true},
+	{kwTraceback, "Traceback (most", false},
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},
