@@ -240,7 +240,7 @@ func phaseWordLine(m []byte, r *phaseHit) bool {
 		return true
 	}
 	cur, tot, counter := barCounter(rest, 0)
-	metric := bHas(rest, "loss") || bytes.IndexByte(rest, '=') >= 0
+	metric := bHas(rest, "loss") || keyValue(rest)
 	if !counter && !metric {
 		return false // prose: "Validation set: 5000 images"
 	}
@@ -363,4 +363,21 @@ func barlessPercent(tl []byte) int {
 // a record of its own ("...it/s]{'loss': 0.7283, ...}").
 func afterBar(t []byte, at int) bool {
 	return at > 0 && at <= len(t) && t[at-1] == ']' && bIndex(t[:at], "%|") >= 0
+}
+
+// keyValue says whether b holds a key=value pair: an '=' between a key's
+// last character (a letter, a digit, '_') and a value's first (not a space,
+// not another '='). A rule of '=' ("===== test session starts =====") is
+// decoration, not a metric.
+func keyValue(b []byte) bool {
+	for i := 1; i+1 < len(b); i++ {
+		if b[i] != '=' {
+			continue
+		}
+		k, v := b[i-1], b[i+1]
+		if (asciiLetter(k) || asciiDigit(k) || k == '_') && v != ' ' && v != '=' && v != '\t' {
+			return true
+		}
+	}
+	return false
 }
