@@ -207,9 +207,10 @@ type failure struct {
 	wrapped string // an incomplete PyTorch OOM message, to be continued
 	exc     string // for a Python exception line: the exception's type
 
-	conseq uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
-	caught bool  // an OOM the framework says it caught and went on from
-	worker bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
+	conseq   uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
+	caught   bool  // an OOM the framework says it caught and went on from
+	emptyMsg bool  // an exception line with no message: it follows on the next lines
+	worker   bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
 }
 
 // handledFailure is a failure that training survived.

@@ -371,6 +371,7 @@ func memoryErrorLine(t []byte) (failure, bool) {
 	}
 	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
 	f.oom = &OOM{Format: "python_memory_error", Exception: name}
+	f.emptyMsg = len(trimSpace(bytes.TrimPrefix(rest, []byte(":")))) == 0
 	if len(rest) > 0 {
 		if v, ok := memSizeAfter(rest, "allocate "); ok {
 			f.oom.RequestedBytes = valPtr(v)

@@ -166,6 +166,12 @@ func causeAfterConsequence(f *failure) bool {
 // supersedes says whether the candidate f replaces the current failure cur.
 func supersedes(cur, f *failure) bool {
 	switch {
+	case cur.oom != nil && cur.oom.Format == "python_memory_error" && cur.emptyMsg && f.class == classMemory && f.oom != nil && f.kind != cur.kind:
+		// "MemoryError: " with nothing after it: the exception's message
+		// starts on the lines below (PaddlePaddle's BadAlloc begins with
+		// blank lines, then "Out of memory error on GPU 0. ..."). The
+		// message says which memory it was.
+		return true
 	case cur.class == classWrapper:
 		// torchrun's ChildFailedError says only that a worker failed: any
 		// failure says more.
