@@ -558,7 +558,18 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	c.applyPhase(r, t)
 }
 
+// applyPhase applies a phase detector's hit on the current line t: the
+// phase it shows, the step and epoch it reads, and the progress it makes
+// (which may show that a failure was survived).
 func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
+	p := c.phaseOf(r)
+	c.readStep(r, p, t)
+	c.progress(r, p)
+}
+
+// phaseOf decides the phase the hit r puts the job in, records a change
+// (a mark, an event) and returns it.
+func (c *Classifier) phaseOf(r *phaseHit) Phase {
 	if r.explicit {
 		c.explicit = true
 	}
@@ -600,6 +611,11 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if c.trace != nil && p != PhaseNone {
 		c.trace(c.num, p)
 	}
+	return p
+}
+
+// readStep reads the hit's step, epoch and the optimization-step total.
+func (c *Classifier) readStep(r *phaseHit, p Phase, t []byte) {
 	if r.banner {
 		c.optSteps = r.tot
 	}
@@ -640,6 +656,12 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	case r.kind == kindInEpoch && p == PhaseTrain && c.st.kind != kindGlobal:
 		c.setStep(r, t)
 	}
+}
+
+// progress places the hit's reading in training, emits a step event for a
+// new reading, and counts it for a failure already seen: training that
+// goes on after a failure shows it was handled (tick).
+func (c *Classifier) progress(r *phaseHit, p Phase) {
 	// Progress: the position of this line in training, with its kind.
 	slot, pos := -1, place{}
 	switch {
