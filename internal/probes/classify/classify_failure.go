@@ -46,6 +46,39 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
 	}
+	if f, ok := reportOrAllocForm(t, h); ok {
+		return f, true
+	}
+	inProbe := c.abUntil >= c.num
+	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
+		if f, ok := vllmWarmupLine(t); ok {
+			c.engineRelabel(&f)
+			return f, true
+		}
+	}
+	if h.has(kwOutOfMem) {
+		if f, ok := outOfMemory(t, h.at(kwOutOfMem)); ok {
+			if inProbe && f.kind == KindGPUOOM {
+				return failure{}, false
+			}
+			return f, true
+		}
+	}
+	if f, ok := c.deviceStatusLine(t, h); ok {
+		return f, true
+	}
+	if f, ok := hostAllocLine(t, h); ok {
+		return f, true
+	}
+	if f, ok := c.killLine(t, h); ok {
+		return f, true
+	}
+	return c.errorLine(t, h)
+}
+
+// reportOrAllocForm reads a host-memory reporter's line (host_reporters.go),
+// Windows' commit failure and the allocators' own forms (alloc_forms.go).
+func reportOrAllocForm(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) || h.has(kwAllRAM) {
 		if f, ok := hostReporterLine(t); ok {
 			return f, true
@@ -65,21 +98,13 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
-	inProbe := c.abUntil >= c.num
-	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
-		if f, ok := vllmWarmupLine(t); ok {
-			c.engineRelabel(&f)
-			return f, true
-		}
-	}
-	if h.has(kwOutOfMem) {
-		if f, ok := outOfMemory(t, h.at(kwOutOfMem)); ok {
-			if inProbe && f.kind == KindGPUOOM {
-				return failure{}, false
-			}
-			return f, true
-		}
-	}
+	return failure{}, false
+}
+
+// deviceStatusLine reads a device library's allocation status, TensorFlow's
+// and XLA's exhausted resources, a serving engine's refusal and a
+// run-time's out-of-memory status code.
+func (c *Classifier) deviceStatusLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwAllocFailed) {
 		for _, lib := range [...]string{"CUBLAS", "CUDNN", "CUSOLVER", "CUSPARSE", "CUFFT"} {
 			if i := bIndex(t, lib+"_STATUS_ALLOC_FAILED"); i >= 0 || lib == "CUFFT" && bHas(t, "CUFFT_ALLOC_FAILED") {
@@ -117,6 +142,13 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	return failure{}, false
+}
+
+// hostAllocLine reads an allocation of host memory that failed: PyTorch's
+// CPU allocator, shared memory, NumPy, Intel's platform limit, NCCL's
+// calloc, std::bad_alloc, Python's MemoryError.
+func hostAllocLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwCPUAlloc) || h.has(kwNotEnough) {
 		if i := bIndex(t, "you tried to allocate "); i >= 0 && (bHas(t, "CPUAllocator") || bHas(t, "not enough memory")) {
 			f := memFailure(KindCPUAllocOOM, "host memory allocation failed (PyTorch CPU allocator)", "cpu")
@@ -188,6 +220,12 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	return failure{}, false
+}
+
+// killLine reads a kill: Slurm's limit, a compiler killed while building, a
+// shell's or launcher's report, an exit status, a SIGKILL.
+func (c *Classifier) killLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwExceeded) {
 		if f, ok := slurmLimitLine(t); ok {
 			return f, true
@@ -232,6 +270,12 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		f.detail = "the shell reports the job was terminated by a signal; out-of-memory daemons (earlyoom, systemd-oomd) end processes this way"
 		return f, true
 	}
+	return failure{}, false
+}
+
+// errorLine reads a known crash, any other exception line, and a bare
+// "Killed" at the start of a line.
+func (c *Classifier) errorLine(t []byte, h *hitSet) (failure, bool) {
 	if f, ok := crashLine(t, h); ok {
 		return f, true
 	}
