@@ -404,6 +404,12 @@ func explicitPhase(t []byte, r *phaseHit) bool {
 
 func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	*r = newPhaseHit(PhaseVal)
+	return validationLine(t, tl, h, r) || evaluationLine(t, tl, h, r) || testLine(t, tl, h, r)
+}
+
+// validationLine reads the lines that say "valid" or "validation"
+// (Lightning's bars, catalyst's, fairseq's, the start of a validation).
+func validationLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwValid) {
 		switch {
 		case bHasPrefix(tl, "Validat"):
@@ -441,6 +447,12 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// evaluationLine reads the evaluation forms: Composer's, MMEngine's
+// Epoch(val), "[val", Hugging Face's eval dict, "[eval", "Evaluating".
+func evaluationLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwEvalBatch) && bHasPrefix(tl, "[Eval batch=") {
 		// Composer's console logger: "[Eval batch=3/10] Eval on eval data:"
 		r.cur, r.tot, _ = barCounter(tl, 0)
@@ -484,6 +496,13 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// testLine reads inference and test forms: Detectron2's inference, timm's
+// and torchvision's "Test:", Lightning's testing bar, Ultralytics' and
+// other classification validation bars.
+func testLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwInference) {
 		// Detectron2 (console "d2.evaluation.evaluator]: Inference done 11/5000."
 		// and log-file "d2.evaluation.evaluator INFO: Inference done").
@@ -550,6 +569,13 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwEpoch) && detectEpochLine(t, tl, h, r) {
 		return true
 	}
+	return iterLine(t, h, r) || trainWordLine(t, tl, h, r) || stepFormLine(t, tl, h, r) ||
+		namedStepLine(t, tl, h, r) || lossDictLine(t, tl, h, r)
+}
+
+// iterLine reads the iteration forms: PaddleDetection's evaluation,
+// MMEngine's Iter(train), Detectron2's events, mmcv's "Iter [".
+func iterLine(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwIter) {
 		if i := h.at(kwIter); i >= 5 && bHasPrefix(t[i-5:], "Eval iter:") {
 			// PaddleDetection: "ppdet.engine INFO: Eval iter: 100"
@@ -578,6 +604,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 	}
+	return false
+}
+
+// trainWordLine reads the lines that say "train" or "training" in a
+// framework's form.
+func trainWordLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwTrain) {
 		switch {
 		case bHas(t, "Starting training from iteration"):
@@ -629,6 +661,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// stepFormLine reads DeepSpeed's step line, Paddle's hapi steps, the
+// "Steps:" bar and the optimization-steps banner.
+func stepFormLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwSkipped) {
 		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
 		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
@@ -658,6 +696,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// namedStepLine reads a line with a named step field (step, iteration,
+// update, global_step, num_updates) and a counter or a loss.
+func namedStepLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwStep) || h.has(kwIter) || h.has(kwUpdate) {
 		if v, tot, key := namedStep(t, h); key != keyNone {
 			switch {
@@ -701,6 +745,11 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 	}
+	return false
+}
+
+// lossDictLine reads Hugging Face's log dict and DeepSpeed's overflow line.
+func lossDictLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwLossDict) && (bHasPrefix(tl, "{'loss'") || afterBar(t, h.at(kwLossDict))) {
 		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}";
 		// with the step where the job logs it ("'step': 40").
