@@ -6,7 +6,6 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -17,16 +16,6 @@ import (
 // and everywhere else a function reads as its named steps, so that a reader
 // new to the code follows each on a screen or two.
 const maxFuncLines = 120
-
-// longFunctionsExempt lists the packages (directories under the module)
-// whose functions the limit does not bound yet, because other engineers are
-// changing them this round; splitting them now would only make their merges
-// conflict. Remove an entry once its package is within the limit. An entry
-// exempts its own directory's files, not those of packages below it
-// (internal/probes/gpu/gputest is bounded).
-var longFunctionsExempt = []string{
-	"internal/probes/classify", // detectFailure, detectTrain, outOfMemory, ...: the classifier is being changed
-}
 
 // TestNoLongFunctions checks every non-test Go file of the module (testdata
 // and hidden directories aside, as the go command skips them) against
@@ -44,7 +33,7 @@ func TestNoLongFunctions(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || slices.Contains(longFunctionsExempt, filepath.Dir(path)) {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		af, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)

@@ -13,7 +13,13 @@ package classify
 //   - DataParallel's report of a replica's OOM: "RuntimeError: Caught
 //     OutOfMemoryError in replica 0 on device 0." (format
 //     caught_in_replica), whose original message, when it follows, gives
-//     the figures (Classifier.merge).
+//     the figures (Classifier.merge);
+//   - PaddlePaddle's allocator (paddle/fluid/memory/allocation/
+//     cuda_allocator.cc, and its XPU, NPU and custom-device twins): "Out of
+//     memory error on GPU 0. Cannot allocate 400.000244MB memory on GPU 0,
+//     7.288696GB memory has been allocated and available memory is only
+//     155.187500MB." (format paddle; 1.x leaves out what has been
+//     allocated). Sizes are HumanReadableSize's "%f" and a binary unit.
 func allocFormLine(t []byte) (failure, bool) {
 	switch {
 	case bHas(t, "INTERNAL: Failed to allocate ") && !bHas(t, "RESOURCE_EXHAUSTED"):
@@ -35,6 +41,8 @@ func allocFormLine(t []byte) (failure, bool) {
 			o.AllocatedBytes = valPtr(v)
 		}
 		return f, true
+	case bHas(t, "Out of memory error on ") && bHas(t, "Cannot allocate "):
+		return paddleOOM(t)
 	case bHas(t, "Caught OutOfMemoryError in replica "):
 		i := bIndex(t, "Caught OutOfMemoryError in replica ")
 		f, o := gpuOOM(t, i, "caught_in_replica")
@@ -69,4 +77,45 @@ func groupedBytes(b []byte) (int64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// paddleOOM reads PaddlePaddle's allocator message (see allocFormLine).
+func paddleOOM(t []byte) (failure, bool) {
+	i := bIndex(t, "Out of memory error on ")
+	f, o := gpuOOM(t, i, "paddle")
+	f.reason = "GPU out of memory (PaddlePaddle allocator)"
+	o.Exception = ""
+	r := t[i+len("Out of memory error on "):]
+	// "GPU 0." / "XPU 1." / "npu 3.": the device's name and number.
+	if k := bIndex(r, " "); k > 0 && k < 16 {
+		if v, n, ok := scanInt(r[k+1:]); ok && k+1+n < len(r) && r[k+1+n] == '.' {
+			d := string(r[:k]) + " " + itoa(v)
+			o.Device = &d
+		}
+	}
+	if k := bIndex(r, "Cannot allocate "); k >= 0 {
+		if v, _, ok := parseMemSize(r[k+len("Cannot allocate "):]); ok {
+			o.RequestedBytes = valPtr(v)
+		}
+	}
+	if k := bIndex(r, " memory has been allocated"); k >= 0 {
+		// ", 7.288696GB memory has been allocated": the size after the comma.
+		j := k
+		for j > 0 && r[j-1] != ' ' {
+			j--
+		}
+		if v, _, ok := parseMemSize(r[j:k]); ok {
+			o.AllocatedBytes = valPtr(v)
+		}
+	}
+	if k := bIndex(r, "available memory is only "); k >= 0 {
+		if v, _, ok := parseMemSize(r[k+len("available memory is only "):]); ok {
+			o.FreeBytes = valPtr(v)
+		}
+	} else if k := bIndex(r, "available memory is "); k >= 0 {
+		if v, _, ok := parseMemSize(r[k+len("available memory is "):]); ok {
+			o.FreeBytes = valPtr(v)
+		}
+	}
+	return f, true
 }

@@ -78,6 +78,8 @@ type Classifier struct {
 	ph   phaseHit // the current line's phase hit
 	buf  []byte   // frames of a line with literal "#015"
 	ebuf []byte   // a line with escaped newlines, unescaped (message.go)
+	jbuf []byte   // a JSON record's message and multi-line field, joined (message.go)
+	tb   tbRecord // the rank a traceback's record named (recordRank)
 	num  int      // number of the line being read
 	rank int      // rank prefix of the line being read, -1 when none
 
@@ -205,9 +207,10 @@ type failure struct {
 	wrapped string // an incomplete PyTorch OOM message, to be continued
 	exc     string // for a Python exception line: the exception's type
 
-	conseq uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
-	caught bool  // an OOM the framework says it caught and went on from
-	worker bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
+	conseq   uint8 // what kind of consequence of another failure it is (first_failure.go), conseqNone for a cause
+	caught   bool  // an OOM the framework says it caught and went on from
+	emptyMsg bool  // an exception line with no message: it follows on the next lines
+	worker   bool  // the memory was asked for inside a DataLoader worker (Verdict.Requester)
 }
 
 // handledFailure is a failure that training survived.
@@ -262,6 +265,7 @@ func NewClassifier(o ClassifierOptions) (*Classifier, error) {
 	c := &Classifier{
 		opts: o, m: getKWMatcher(), user: user,
 		valEpoch: -1, epoch: -1, st: noStep, stText: make([]byte, 0, maxStepText),
+		tb: tbRecord{rank: -1},
 	}
 	for i := range c.ev {
 		c.ev[i] = place{-1, -1, -1}
@@ -396,12 +400,13 @@ func (c *Classifier) frame(t []byte, rank int, full []byte, scanned bool) {
 	if c.srcAt == c.num && rank == c.srcRank {
 		c.srcAt = 0
 		if len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
-			if p := sourcePhase(t, c.srcLib); p != PhaseNone {
+			if p := sourcePhase(t, c.srcLib); p != PhaseNone && !(p == PhaseTrain && c.phase == PhaseVal && !c.srcLib && runEntryCall(t)) {
 				r := newPhaseHit(p)
 				c.applyPhase(&r, t)
 			}
 		}
 	}
+	c.tb.line(c, t, rank, h.has(kwTraceback))
 	if h.has(kwFrame) {
 		c.lastFrame.note(t, c.num, rank)
 		if bHasPrefix(trimSpaceLeft(t), "File \"") {
@@ -491,6 +496,9 @@ func anchoredCandidate(t []byte) (phase, fail bool) {
 	case c == 'E':
 		return bHasPrefix(tl, "Eval begin"), false // Paddle's Model.fit
 	case c >= 0x80:
+		if bHasPrefix(tl, "│") {
+			return bHas(tl, ".py:"), false // a rich traceback's frame (traceback_phase.go)
+		}
 		return false, len(tl) <= 48
 	case len(tl) <= 24:
 		return false, localizedKilled[string(trimSpace(tl))]
@@ -550,7 +558,18 @@ func (c *Classifier) detectPhaseLine(t []byte, h *hitSet, anchored bool) {
 	c.applyPhase(r, t)
 }
 
+// applyPhase applies a phase detector's hit on the current line t: the
+// phase it shows, the step and epoch it reads, and the progress it makes
+// (which may show that a failure was survived).
 func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
+	p := c.phaseOf(r)
+	c.readStep(r, p, t)
+	c.progress(r, p)
+}
+
+// phaseOf decides the phase the hit r puts the job in, records a change
+// (a mark, an event) and returns it.
+func (c *Classifier) phaseOf(r *phaseHit) Phase {
 	if r.explicit {
 		c.explicit = true
 	}
@@ -592,6 +611,11 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	if c.trace != nil && p != PhaseNone {
 		c.trace(c.num, p)
 	}
+	return p
+}
+
+// readStep reads the hit's step, epoch and the optimization-step total.
+func (c *Classifier) readStep(r *phaseHit, p Phase, t []byte) {
 	if r.banner {
 		c.optSteps = r.tot
 	}
@@ -632,6 +656,12 @@ func (c *Classifier) applyPhase(r *phaseHit, t []byte) {
 	case r.kind == kindInEpoch && p == PhaseTrain && c.st.kind != kindGlobal:
 		c.setStep(r, t)
 	}
+}
+
+// progress places the hit's reading in training, emits a step event for a
+// new reading, and counts it for a failure already seen: training that
+// goes on after a failure shows it was handled (tick).
+func (c *Classifier) progress(r *phaseHit, p Phase) {
 	// Progress: the position of this line in training, with its kind.
 	slot, pos := -1, place{}
 	switch {
@@ -806,9 +836,18 @@ func (c *Classifier) record(f failure, rank int, t, full []byte) {
 	if f.rank < 0 {
 		f.rank = rankInText(t)
 	}
+	if f.rank < 0 && c.tb.rank >= 0 {
+		f.rank = c.tb.rank
+	}
 	if f.oom != nil && f.oom.Format == "caught" {
 		f.caught = true
 		caughtFigures(&f, t)
+	}
+	if f.class == classMemory && !f.caught && f.oom != nil && f.oom.Exception == "" && saysHandled(t) {
+		// "[OOM] CUDA out of memory. Waiting 10 seconds and trying
+		// again...": the program's own words, on the error's line, that it
+		// goes on (first_failure.go).
+		f.caught = true
 	}
 	classifyConsequence(&f, t)
 	if f.class == classMemory && f.site == "" {
@@ -914,6 +953,13 @@ func (c *Classifier) merge(cur, f *failure) {
 	}
 	if !f.lowConf {
 		cur.lowConf = false
+	}
+	if cur.kind == KindHostOOM && messengerFamily(cur.family) && !messengerFamily(f.family) && f.class == classMemory {
+		// "line 28:  8156 Killed  python3 main.py", then "slurmstepd:
+		// error: Detected 1 oom-kill event(s)": a shell or an exit status
+		// only passes on the signal; the killer's own report names who
+		// killed the job and why, and so the remedy.
+		cur.reason, cur.family = f.reason, f.family
 	}
 	if f.worker {
 		cur.worker = true
@@ -1179,3 +1225,46 @@ func (c *Classifier) Exit(e Exit) {
 }
 
 func itoa(v int64) string { return fmt.Sprint(v) }
+
+// messengerFamily says whether a host kill's report only passes on the
+// signal (a shell's "Killed", an exit status of 137, a DataLoader's word
+// about its worker) rather than coming from the killer (the kernel, the
+// memory cgroup, Slurm, a container runtime, Ray, Kubernetes).
+func messengerFamily(f string) bool {
+	return f == "shell" || f == "sigkill" || f == "dataloader"
+}
+
+// tbRecord follows a traceback that a logger wrote as one record: the
+// record's prefix, on its first line only, names the rank ("[2025-03-25
+// 08:14:02 TP3] Scheduler hit an exception: Traceback (most recent call
+// last):"), and the lines that follow, unprefixed, are the rest of the
+// record: the frames (indented), the chained-exception headers, and the
+// exception's line, which ends it. A failure read on them has that rank.
+type tbRecord struct {
+	rank int  // the record's rank, -1: none
+	end  bool // the exception's line was read: the next line is another record
+}
+
+func (r *tbRecord) line(c *Classifier, t []byte, rank int, start bool) {
+	if start {
+		r.rank, r.end = rank, false
+		if r.rank < 0 {
+			r.rank = engineRank(t)
+		}
+		return
+	}
+	if r.rank < 0 {
+		return
+	}
+	if r.end || rank >= 0 {
+		r.rank = -1 // another record
+		return
+	}
+	if len(t) == 0 || t[0] == ' ' || t[0] == '\t' || bHasPrefix(t, "During handling") || bHasPrefix(t, "The above exception") {
+		if len(t) == 0 {
+			r.rank = -1
+		}
+		return
+	}
+	r.end = true // the exception's line: the last of the record
+}

@@ -240,108 +240,13 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		d = append(d, engineWords(v, f)...)
 		c.gpuOOMAdvice(v, f, &d, add)
 	case KindCPUAllocOOM:
-		s := "Host memory (RAM) ran out"
-		if w != "" {
-			s += " " + w
-		}
-		s += ": " + v.Reason
-		d = append(d, sentence(s))
-		if f != nil && f.detail != "" {
-			d = append(d, sentence(f.detail))
-		}
-		if v.Requester == RequesterDataLoaderWorker {
-			d = append(d, "It failed inside a DataLoader worker, whose exception the main process raised again.")
-		}
-		if v.OOM != nil && v.OOM.RequestedBytes != nil {
-			d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
-			if *v.OOM.RequestedBytes >= 64<<30 {
-				d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
-			}
-		}
-		if f != nil && f.family == "windows_commit" {
-			add("Let Windows commit more memory: enlarge the paging file (System Properties, Advanced, Virtual memory) or run fewer DataLoader workers, each of which maps the CUDA libraries again.")
-		}
-		hostAdvice(v, add)
-		add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
+		d = cpuAllocDiagnosis(v, f, w, d, add)
 	case KindHostOOM:
-		s := "The job was killed for host memory (RAM)"
-		why := v.Reason
-		if v.SharedMemory {
-			s, why = "The job ran out of shared memory (/dev/shm, which is RAM)", strings.TrimPrefix(why, shmReason+": ")
-		}
-		if v.Build {
-			s = "The job ran out of host memory (RAM) while building an extension at start-up"
-		}
-		if w != "" {
-			s += " " + w
-		}
-		d = append(d, sentence(s+": "+why))
-		if f != nil && f.detail != "" {
-			d = append(d, sentence(f.detail))
-		}
-		if v.SharedMemory {
-			d = append(d, "/dev/shm is a RAM-backed filesystem with a size of its own (64 MiB by default in a Docker container): DataLoader workers hand every batch to the main process through it, so it fills up long before the machine's memory does.")
-			if f.lowConf {
-				d = append(d, "The log shows only the bus error: a DataLoader worker that dies of SIGBUS has almost always written past the end of a full /dev/shm.")
-			}
-			add("Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, or give the job a larger shared memory: docker --shm-size (or --ipc=host), on Kubernetes an emptyDir volume with medium: Memory mounted at /dev/shm; a smaller batch is not the remedy.")
-			break
-		}
-		if v.Build {
-			add(buildAdvice()...)
-			break
-		}
-		if f != nil && f.lowConf {
-			d = append(d, "The log does not prove the cause: a process killed by SIGKILL without a message was almost always killed by the out-of-memory killer, but an administrator, a scheduler or a watchdog can do the same; gpuguard run confirms it with the cgroup's OOM-kill counter.")
-		}
-		if f != nil && f.family == "slurm" {
-			add("Ask Slurm for more memory (--mem or --mem-per-cpu) if the node has it.")
-		}
-		if f != nil && f.family == "container" {
-			add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
-		}
-		if f != nil && f.family == "ray" {
-			add("Schedule fewer tasks per node so each has the RAM it uses: declare the task's memory (ray.remote(memory=...), ScalingConfig resources_per_worker={\"memory\": ...}) or give it more CPUs; raising RAY_memory_usage_threshold only moves the kill to the kernel.")
-		}
-		if f != nil && f.family == "k8s_eviction" {
-			add("Set the pod's memory request to what it uses (resources.requests.memory, equal to limits for the Guaranteed class, which is evicted last), or run it on a node with more memory: the kubelet evicts the pods that use most beyond their request when the node runs low.")
-		}
-		hostAdvice(v, add)
-		if f == nil || f.family != "slurm" && f.family != "container" && f.family != "ray" && f.family != "k8s_eviction" {
-			add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
-		}
+		d = hostOOMDiagnosis(v, f, w, d, add)
 	case KindCrash:
-		s := "The job failed, and not for memory: " + v.Reason
-		if w != "" {
-			s += " (" + w + ")"
-		}
-		d = append(d, sentence(s))
-		if f != nil {
-			if e := crashExplain[f.family]; e != "" {
-				d = append(d, e)
-			}
-		}
-		d = append(d, "Retrying with less memory will not help.")
-		if v.Text != "" {
-			// Quoted, so that the sentences after it do not read as part
-			// of it.
-			d = append(d, "The line: \""+v.Text+"\".")
-		}
-		if f != nil {
-			add(crashAdvice(f)...)
-		}
+		d = crashDiagnosis(v, f, w, d, add)
 	default:
-		s := "No failure found"
-		if v.Phase != PhaseNone {
-			s += "; the log ends in " + v.Phase.Words()
-			if n := len(v.Phases); n > 0 {
-				s += " (since line " + itoa(int64(v.Phases[n-1].Line)) + ")"
-			}
-		}
-		if v.Step != nil {
-			s += ", " + stepWords(v)
-		}
-		d = append(d, sentence(s))
+		d = noneDiagnosis(v, d)
 	}
 	if f != nil && v.Kind != KindNone {
 		if f.conseq == conseqAbsurd {
@@ -359,6 +264,128 @@ func (c *Classifier) diagnose(v *Verdict, f *failure, handled []handledFailure, 
 		d = append(d, exitNote)
 	}
 	return strings.Join(d, " "), sug
+}
+
+// cpuAllocDiagnosis writes the diagnosis and advice of a host allocation
+// that failed (cpu_alloc_oom); w says where the job was.
+func cpuAllocDiagnosis(v *Verdict, f *failure, w string, d []string, add func(...string)) []string {
+	s := "Host memory (RAM) ran out"
+	if w != "" {
+		s += " " + w
+	}
+	s += ": " + v.Reason
+	d = append(d, sentence(s))
+	if f != nil && f.detail != "" {
+		d = append(d, sentence(f.detail))
+	}
+	if v.Requester == RequesterDataLoaderWorker {
+		d = append(d, "It failed inside a DataLoader worker, whose exception the main process raised again.")
+	}
+	if v.OOM != nil && v.OOM.RequestedBytes != nil {
+		d = append(d, "The allocation that failed asked for "+sizeWords(*v.OOM.RequestedBytes)+".")
+		if *v.OOM.RequestedBytes >= 64<<30 {
+			d = append(d, "A single request that large is beyond typical RAM: check the shape of the tensor or array being built.")
+		}
+	}
+	if f != nil && f.family == "windows_commit" {
+		add("Let Windows commit more memory: enlarge the paging file (System Properties, Advanced, Virtual memory) or run fewer DataLoader workers, each of which maps the CUDA libraries again.")
+	}
+	hostAdvice(v, add)
+	add("Check the job's memory limit (the Slurm --mem request, the container's or cgroup's limit, ulimit -v) and raise it if the machine has room.")
+	return d
+}
+
+// hostOOMDiagnosis writes the diagnosis and advice of a kill for host
+// memory (host_oom): shared memory, a build, or the reporter's own limit.
+func hostOOMDiagnosis(v *Verdict, f *failure, w string, d []string, add func(...string)) []string {
+	s := "The job was killed for host memory (RAM)"
+	why := v.Reason
+	if v.SharedMemory {
+		s, why = "The job ran out of shared memory (/dev/shm, which is RAM)", strings.TrimPrefix(why, shmReason+": ")
+	}
+	if v.Build {
+		s = "The job ran out of host memory (RAM) while building an extension at start-up"
+	}
+	if w != "" {
+		s += " " + w
+	}
+	d = append(d, sentence(s+": "+why))
+	if f != nil && f.detail != "" {
+		d = append(d, sentence(f.detail))
+	}
+	if v.SharedMemory {
+		d = append(d, "/dev/shm is a RAM-backed filesystem with a size of its own (64 MiB by default in a Docker container): DataLoader workers hand every batch to the main process through it, so it fills up long before the machine's memory does.")
+		if f.lowConf {
+			d = append(d, "The log shows only the bus error: a DataLoader worker that dies of SIGBUS has almost always written past the end of a full /dev/shm.")
+		}
+		add("Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, or give the job a larger shared memory: docker --shm-size (or --ipc=host), on Kubernetes an emptyDir volume with medium: Memory mounted at /dev/shm; a smaller batch is not the remedy.")
+		return d
+	}
+	if v.Build {
+		add(buildAdvice()...)
+		return d
+	}
+	if f != nil && f.lowConf {
+		d = append(d, "The log does not prove the cause: a process killed by SIGKILL without a message was almost always killed by the out-of-memory killer, but an administrator, a scheduler or a watchdog can do the same; gpuguard run confirms it with the cgroup's OOM-kill counter.")
+	}
+	if f != nil && f.family == "slurm" {
+		add("Ask Slurm for more memory (--mem or --mem-per-cpu) if the node has it.")
+	}
+	if f != nil && f.family == "container" {
+		add("Raise the container's memory limit if the node has room (docker run --memory, Kubernetes resources.limits.memory): the container runtime killed it at that limit.")
+	}
+	if f != nil && f.family == "ray" {
+		add("Schedule fewer tasks per node so each has the RAM it uses: declare the task's memory (ray.remote(memory=...), ScalingConfig resources_per_worker={\"memory\": ...}) or give it more CPUs; raising RAY_memory_usage_threshold only moves the kill to the kernel.")
+	}
+	if f != nil && f.family == "k8s_eviction" {
+		add("Set the pod's memory request to what it uses (resources.requests.memory, equal to limits for the Guaranteed class, which is evicted last), or run it on a node with more memory: the kubelet evicts the pods that use most beyond their request when the node runs low.")
+	}
+	hostAdvice(v, add)
+	if f == nil || f.family != "slurm" && f.family != "container" && f.family != "ray" && f.family != "k8s_eviction" {
+		add("If the machine has more memory, raise the job's limit (Slurm --mem, the container's memory limit).")
+	}
+	return d
+}
+
+// crashDiagnosis writes the diagnosis and advice of a failure that is not
+// memory's.
+func crashDiagnosis(v *Verdict, f *failure, w string, d []string, add func(...string)) []string {
+	s := "The job failed, and not for memory: " + v.Reason
+	if w != "" {
+		s += " (" + w + ")"
+	}
+	d = append(d, sentence(s))
+	if f != nil {
+		if e := crashExplain[f.family]; e != "" {
+			d = append(d, e)
+		}
+	}
+	d = append(d, "Retrying with less memory will not help.")
+	if v.Text != "" {
+		// Quoted, so that the sentences after it do not read as part
+		// of it.
+		d = append(d, "The line: \""+v.Text+"\".")
+	}
+	if f != nil {
+		add(crashAdvice(f)...)
+	}
+	return d
+}
+
+// noneDiagnosis says that nothing failed, and where the log ends.
+func noneDiagnosis(v *Verdict, d []string) []string {
+	s := "No failure found"
+	if v.Phase != PhaseNone {
+		s += "; the log ends in " + v.Phase.Words()
+		if n := len(v.Phases); n > 0 {
+			s += " (since line " + itoa(int64(v.Phases[n-1].Line)) + ")"
+		}
+	}
+	if v.Step != nil {
+		s += ", " + stepWords(v)
+	}
+	d = append(d, sentence(s))
+	return d
 }
 
 // Host-memory advice, by phase and by what asked for the memory.

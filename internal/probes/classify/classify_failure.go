@@ -46,24 +46,8 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		c.block = rootCauseBlock{active: true, line: c.num, rank: -1}
 		return failure{}, false
 	}
-	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) || h.has(kwAllRAM) {
-		if f, ok := hostReporterLine(t); ok {
-			return f, true
-		}
-	}
-	if h.has(kwError) && bHas(t, "WinError 1455") {
-		// "OSError: [WinError 1455] The paging file is too small for this
-		// operation to complete": Windows could not commit more virtual
-		// memory (each DataLoader worker loads the CUDA libraries again).
-		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (the Windows paging file is too small, WinError 1455)", "windows_commit")
-		f.oom = &OOM{Format: "win_paging_file", Exception: exceptionBefore(t, bIndex(t, "[WinError 1455]"))}
-		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
+	if f, ok := reportOrAllocForm(t, h); ok {
 		return f, true
-	}
-	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ")) {
-		if f, ok := allocFormLine(t); ok {
-			return f, true
-		}
 	}
 	inProbe := c.abUntil >= c.num
 	if h.has(kwOutOfMem) && bHas(t, "out of memory occurred when warming up ") {
@@ -80,6 +64,47 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	if f, ok := c.deviceStatusLine(t, h); ok {
+		return f, true
+	}
+	if f, ok := hostAllocLine(t, h); ok {
+		return f, true
+	}
+	if f, ok := c.killLine(t, h); ok {
+		return f, true
+	}
+	return c.errorLine(t, h)
+}
+
+// reportOrAllocForm reads a host-memory reporter's line (host_reporters.go),
+// Windows' commit failure and the allocators' own forms (alloc_forms.go).
+func reportOrAllocForm(t []byte, h *hitSet) (failure, bool) {
+	if h.has(kwMemoryError) || h.has(kwOOM) || h.has(kwLowOnMem) || h.has(kwLowOnRes) || h.has(kwAllRAM) {
+		if f, ok := hostReporterLine(t); ok {
+			return f, true
+		}
+	}
+	if h.has(kwError) && bHas(t, "WinError 1455") {
+		// "OSError: [WinError 1455] The paging file is too small for this
+		// operation to complete": Windows could not commit more virtual
+		// memory (each DataLoader worker loads the CUDA libraries again).
+		f := memFailure(KindCPUAllocOOM, "host memory allocation failed (the Windows paging file is too small, WinError 1455)", "windows_commit")
+		f.oom = &OOM{Format: "win_paging_file", Exception: exceptionBefore(t, bIndex(t, "[WinError 1455]"))}
+		f.detail = "Windows refused to commit more virtual memory: RAM plus the paging file are used up"
+		return f, true
+	}
+	if (h.has(kwError) || h.has(kwOutOfMem)) && (bHas(t, "Failed to allocate ") || bHas(t, "allocated so far: ") || bHas(t, "in replica ") || bHas(t, "Out of memory error on ")) {
+		if f, ok := allocFormLine(t); ok {
+			return f, true
+		}
+	}
+	return failure{}, false
+}
+
+// deviceStatusLine reads a device library's allocation status, TensorFlow's
+// and XLA's exhausted resources, a serving engine's refusal and a
+// run-time's out-of-memory status code.
+func (c *Classifier) deviceStatusLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwAllocFailed) {
 		for _, lib := range [...]string{"CUBLAS", "CUDNN", "CUSOLVER", "CUSPARSE", "CUFFT"} {
 			if i := bIndex(t, lib+"_STATUS_ALLOC_FAILED"); i >= 0 || lib == "CUFFT" && bHas(t, "CUFFT_ALLOC_FAILED") {
@@ -117,6 +142,13 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	return failure{}, false
+}
+
+// hostAllocLine reads an allocation of host memory that failed: PyTorch's
+// CPU allocator, shared memory, NumPy, Intel's platform limit, NCCL's
+// calloc, std::bad_alloc, Python's MemoryError.
+func hostAllocLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwCPUAlloc) || h.has(kwNotEnough) {
 		if i := bIndex(t, "you tried to allocate "); i >= 0 && (bHas(t, "CPUAllocator") || bHas(t, "not enough memory")) {
 			f := memFailure(KindCPUAllocOOM, "host memory allocation failed (PyTorch CPU allocator)", "cpu")
@@ -188,6 +220,12 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 			return f, true
 		}
 	}
+	return failure{}, false
+}
+
+// killLine reads a kill: Slurm's limit, a compiler killed while building, a
+// shell's or launcher's report, an exit status, a SIGKILL.
+func (c *Classifier) killLine(t []byte, h *hitSet) (failure, bool) {
 	if h.has(kwExceeded) {
 		if f, ok := slurmLimitLine(t); ok {
 			return f, true
@@ -232,6 +270,12 @@ func (c *Classifier) detectFailure(t []byte, h *hitSet) (failure, bool) {
 		f.detail = "the shell reports the job was terminated by a signal; out-of-memory daemons (earlyoom, systemd-oomd) end processes this way"
 		return f, true
 	}
+	return failure{}, false
+}
+
+// errorLine reads a known crash, any other exception line, and a bare
+// "Killed" at the start of a line.
+func (c *Classifier) errorLine(t []byte, h *hitSet) (failure, bool) {
 	if f, ok := crashLine(t, h); ok {
 		return f, true
 	}
@@ -371,6 +415,7 @@ func memoryErrorLine(t []byte) (failure, bool) {
 	}
 	f := memFailure(KindCPUAllocOOM, "host memory allocation failed (Python MemoryError)", "python")
 	f.oom = &OOM{Format: "python_memory_error", Exception: name}
+	f.emptyMsg = len(trimSpace(bytes.TrimPrefix(rest, []byte(":")))) == 0
 	if len(rest) > 0 {
 		if v, ok := memSizeAfter(rest, "allocate "); ok {
 			f.oom.RequestedBytes = valPtr(v)
@@ -461,32 +506,9 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 	after := t[at+len("out of memory"):]
 	switch {
 	case bytes.HasSuffix(before, []byte("CUDA ")) || bytes.HasSuffix(before, []byte("HIP ")) || bytes.HasSuffix(before, []byte("XPU ")):
-		// PyTorch's caching allocator: "CUDA out of memory. Tried to allocate ..."
-		start := bytes.LastIndexByte(before[:len(before)-1], ' ') + 1
-		if start < 0 {
-			start = 0
+		if f, ok := torchAllocatorOOM(t, before); ok {
+			return f, true
 		}
-		word := string(before[start : len(before)-1])
-		for _, dev := range [...]string{"CUDA", "HIP", "XPU"} {
-			if len(word) > len(dev) && strings.HasSuffix(word, dev) {
-				// Glued to the text before it: "run failed.CUDA out of
-				// memory." (the message reader's glue rule: the device's
-				// name starts the message).
-				start += len(word) - len(dev)
-				word = dev
-			}
-		}
-		if word != "CUDA" && word != "HIP" && word != "XPU" {
-			break
-		}
-		f, o := gpuOOM(t, start, "modern")
-		f.reason = word + " out of memory"
-		f.family = "torch"
-		if !parseTorchOOM(t[start:], o, &f.extra) {
-			// Hard-wrapped: the next lines may complete the message.
-			f.wrapped = string(t[start:])
-		}
-		return f, true
 	case bytes.HasSuffix(before, []byte("MPS backend ")):
 		f, o := gpuOOM(t, at-len("MPS backend "), "mps")
 		f.reason = "MPS out of memory"
@@ -516,22 +538,7 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		f.family = "nccl"
 		return f, true
 	case bHasPrefix(after, ")") && bHas(before, "would exceed allowed memory"):
-		// "torch.cuda.OutOfMemoryError: Allocation on device 1 would exceed
-		// allowed memory. (out of memory)"
-		i := bIndex(t, "Allocation on device ")
-		if i < 0 {
-			i = at
-		}
-		f, o := gpuOOM(t, i, "allowed_memory_exceeded")
-		f.reason = "GPU memory limit of the process exceeded"
-		if i != at {
-			d := t[i+len("Allocation on "):]
-			if _, n, ok := scanInt(d[len("device "):]); ok {
-				o.Device = valPtr(string(d[:len("device ")+n]))
-			}
-		}
-		f.allowTable = 1
-		return f, true
+		return allowedMemoryOOM(t, at)
 	case bHasPrefix(after, ": Killed process") || bHasPrefix(after, ": Kill process"):
 		// kernel: "Out of memory: Killed process 1204377 (python) total-vm:..."
 		// or "Memory cgroup out of memory: Killed process ..."
@@ -542,35 +549,10 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		}
 		return f, true
 	case bytes.HasSuffix(before, []byte(": ")) && bHasPrefix(t[at:], "Out Of Memory"):
-		// "srun: error: cn-a17: task 0: Out Of Memory"
-		f := memFailure(KindHostOOM, "killed by Slurm for memory (task out of memory)", "slurm")
-		if i := bIndex(before, "task "); i >= 0 {
-			if v, _, ok := scanInt(before[i+len("task "):]); ok {
-				f.rank = int(v)
-			}
-			if j := bIndex(before, "srun: error: "); j >= 0 && j+len("srun: error: ") < i {
-				host := bytes.TrimSuffix(trimSpace(before[j+len("srun: error: "):i]), []byte(":"))
-				f.host = string(host)
-			}
-		}
-		f.detail = "srun: " + string(trimSpace(t))
-		return f, true
+		return srunTaskOOM(t, before)
 	case bHasPrefix(after, " while trying to allocate") || bHasPrefix(after, " in memory space") ||
 		bHasPrefix(after, " allocating ") && (bHas(before, "RESOURCE_EXHAUSTED") || indexFoldASCII(before, "resource exhausted") >= 0):
-		i := bIndex(t, "RESOURCE_EXHAUSTED")
-		if i < 0 {
-			i = indexFoldASCII(t, "resource exhausted")
-		}
-		if i < 0 {
-			i = at
-		}
-		f, o := gpuOOM(t, i, "xla_resource_exhausted")
-		if o.Exception == "" {
-			o.Exception = exceptionBefore(t, at)
-		}
-		f.reason = "XLA out of memory (RESOURCE_EXHAUSTED)"
-		parseXLAOOM(t, o, &f.extra)
-		return f, true
+		return xlaOOM(t, at)
 	case bytes.HasSuffix(before, []byte("an ")) || bytes.HasSuffix(before, []byte("Ran ")):
 		// TensorFlow's BFC allocator: "Ran out of memory trying to allocate
 		// 812.3KiB.  See logs for memory state." The same words followed by
@@ -578,34 +560,7 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 		if bHas(t, "not a failure") || bHas(t, "caller indicates") {
 			return failure{}, false
 		}
-		switch {
-		case bHasPrefix(after, " trying to allocate"):
-			f, o := gpuOOM(t, at, "tf_bfc_ran_out")
-			f.reason = "GPU out of memory (TensorFlow allocator)"
-			if v, ok := memSizeAfter(after, "trying to allocate "); ok {
-				o.RequestedBytes = valPtr(v)
-			}
-			o.Exception = ""
-			return f, true
-		case bHasPrefix(after, " when allocating"):
-			// TF 1.0: "EigenAllocator for GPU ran out of memory when allocating 0."
-			f, o := gpuOOM(t, at, "tf_eigen_allocator_fatal")
-			f.reason = "GPU out of memory (TensorFlow EigenAllocator)"
-			rest := trimSpaceLeft(after[len(" when allocating"):])
-			if v, n, ok := scanInt(rest); ok && asciiDigit(rest[0]) {
-				if s, _, ok := parseMemSize(rest); ok {
-					o.RequestedBytes = valPtr(s)
-				} else if n > 0 {
-					o.RequestedBytes = valPtr(v)
-				}
-			}
-			o.Exception = ""
-			return f, true
-		case bHasPrefix(after, ", skipping"), bHasPrefix(after, " with exception"):
-			// fairseq caught the OOM and skips the batch.
-			f, o := gpuOOM(t, at, "")
-			o.Format = "caught"
-			f.reason = "GPU out of memory (caught by the framework, batch skipped)"
+		if f, ok := tfRanOutOfMemory(t, at, after); ok {
 			return f, true
 		}
 	}
@@ -613,6 +568,130 @@ func outOfMemory(t []byte, at int) (failure, bool) {
 	if mentionsGPU(t) && (bHas(t, "Error") || bHas(t, "error") || bHas(t, "ERROR") || bHas(t, "FAIL")) {
 		f, _ := gpuOOM(t, at, "other")
 		f.reason = "GPU out of memory"
+		return f, true
+	}
+	return failure{}, false
+}
+
+// torchAllocatorOOM reads PyTorch's caching allocator: "CUDA out of
+// memory. Tried to allocate ..." (HIP, XPU); before is the text before
+// "out of memory".
+func torchAllocatorOOM(t, before []byte) (failure, bool) {
+	// PyTorch's caching allocator: "CUDA out of memory. Tried to allocate ..."
+	start := bytes.LastIndexByte(before[:len(before)-1], ' ') + 1
+	if start < 0 {
+		start = 0
+	}
+	word := string(before[start : len(before)-1])
+	for _, dev := range [...]string{"CUDA", "HIP", "XPU"} {
+		if len(word) > len(dev) && strings.HasSuffix(word, dev) {
+			// Glued to the text before it: "run failed.CUDA out of
+			// memory." (the message reader's glue rule: the device's
+			// name starts the message).
+			start += len(word) - len(dev)
+			word = dev
+		}
+	}
+	if word != "CUDA" && word != "HIP" && word != "XPU" {
+		return failure{}, false
+	}
+	f, o := gpuOOM(t, start, "modern")
+	f.reason = word + " out of memory"
+	f.family = "torch"
+	if !parseTorchOOM(t[start:], o, &f.extra) {
+		// Hard-wrapped: the next lines may complete the message.
+		f.wrapped = string(t[start:])
+	}
+	return f, true
+}
+
+// allowedMemoryOOM reads "Allocation on device 1 would exceed allowed
+// memory. (out of memory)".
+func allowedMemoryOOM(t []byte, at int) (failure, bool) {
+	// "torch.cuda.OutOfMemoryError: Allocation on device 1 would exceed
+	// allowed memory. (out of memory)"
+	i := bIndex(t, "Allocation on device ")
+	if i < 0 {
+		i = at
+	}
+	f, o := gpuOOM(t, i, "allowed_memory_exceeded")
+	f.reason = "GPU memory limit of the process exceeded"
+	if i != at {
+		d := t[i+len("Allocation on "):]
+		if _, n, ok := scanInt(d[len("device "):]); ok {
+			o.Device = valPtr(string(d[:len("device ")+n]))
+		}
+	}
+	f.allowTable = 1
+	return f, true
+}
+
+// srunTaskOOM reads srun's "error: NODE: task N: Out Of Memory".
+func srunTaskOOM(t, before []byte) (failure, bool) {
+	// "srun: error: cn-a17: task 0: Out Of Memory"
+	f := memFailure(KindHostOOM, "killed by Slurm for memory (task out of memory)", "slurm")
+	if i := bIndex(before, "task "); i >= 0 {
+		if v, _, ok := scanInt(before[i+len("task "):]); ok {
+			f.rank = int(v)
+		}
+		if j := bIndex(before, "srun: error: "); j >= 0 && j+len("srun: error: ") < i {
+			host := bytes.TrimSuffix(trimSpace(before[j+len("srun: error: "):i]), []byte(":"))
+			f.host = string(host)
+		}
+	}
+	f.detail = "srun: " + string(trimSpace(t))
+	return f, true
+}
+
+// xlaOOM reads XLA's RESOURCE_EXHAUSTED allocation failures.
+func xlaOOM(t []byte, at int) (failure, bool) {
+	i := bIndex(t, "RESOURCE_EXHAUSTED")
+	if i < 0 {
+		i = indexFoldASCII(t, "resource exhausted")
+	}
+	if i < 0 {
+		i = at
+	}
+	f, o := gpuOOM(t, i, "xla_resource_exhausted")
+	if o.Exception == "" {
+		o.Exception = exceptionBefore(t, at)
+	}
+	f.reason = "XLA out of memory (RESOURCE_EXHAUSTED)"
+	parseXLAOOM(t, o, &f.extra)
+	return f, true
+}
+
+// tfRanOutOfMemory reads TensorFlow's allocators' "ran out of memory" and
+// fairseq's caught OOM; after is the text after "out of memory".
+func tfRanOutOfMemory(t []byte, at int, after []byte) (failure, bool) {
+	switch {
+	case bHasPrefix(after, " trying to allocate"):
+		f, o := gpuOOM(t, at, "tf_bfc_ran_out")
+		f.reason = "GPU out of memory (TensorFlow allocator)"
+		if v, ok := memSizeAfter(after, "trying to allocate "); ok {
+			o.RequestedBytes = valPtr(v)
+		}
+		o.Exception = ""
+		return f, true
+	case bHasPrefix(after, " when allocating"):
+		// TF 1.0: "EigenAllocator for GPU ran out of memory when allocating 0."
+		f, o := gpuOOM(t, at, "tf_eigen_allocator_fatal")
+		f.reason = "GPU out of memory (TensorFlow EigenAllocator)"
+		rest := trimSpaceLeft(after[len(" when allocating"):])
+		if v, n, ok := scanInt(rest); ok && asciiDigit(rest[0]) {
+			if s, _, ok := parseMemSize(rest); ok {
+				o.RequestedBytes = valPtr(s)
+			} else if n > 0 {
+				o.RequestedBytes = valPtr(v)
+			}
+		}
+		o.Exception = ""
+		return f, true
+	case bHasPrefix(after, ", skipping"), bHasPrefix(after, " with exception"):
+		// fairseq caught the OOM and skips the batch.
+		f, o := gpuOOM(t, at, "")
+		o.Format = "caught"
+		f.reason = "GPU out of memory (caught by the framework, batch skipped)"
 		return f, true
 	}
 	return failure{}, false

@@ -100,6 +100,8 @@ const (
 	kwGpuguard
 	kwStep
 	kwNumUpdates
+	kwUpdate // "update 1100": an optimizer update's counter
+	kwTraceback
 	kwParenVal
 	kwParenTest
 	kwParenTrain
@@ -191,6 +193,8 @@ var kwTable = []kwEntry{
 	{kwGpuguard, "gpuguard:", false},
 	{kwStep, "step", true},
 	{kwNumUpdates, "num_updates", false},
+	{kwUpdate, "update ", true},
+	{kwTraceback, "Traceback (most", false},
 	{kwParenVal, "(val", false},
 	{kwParenTest, "(test)", false},
 	{kwParenTrain, "(train)", false},

@@ -166,6 +166,12 @@ func causeAfterConsequence(f *failure) bool {
 // supersedes says whether the candidate f replaces the current failure cur.
 func supersedes(cur, f *failure) bool {
 	switch {
+	case cur.oom != nil && cur.oom.Format == "python_memory_error" && cur.emptyMsg && f.class == classMemory && f.oom != nil && f.kind != cur.kind:
+		// "MemoryError: " with nothing after it: the exception's message
+		// starts on the lines below (PaddlePaddle's BadAlloc begins with
+		// blank lines, then "Out of memory error on GPU 0. ..."). The
+		// message says which memory it was.
+		return true
 	case cur.class == classWrapper:
 		// torchrun's ChildFailedError says only that a worker failed: any
 		// failure says more.
@@ -302,3 +308,20 @@ func noteWords(notes []failureNote) []string {
 	}
 	return d
 }
+
+// saysHandled reads, on an OOM line that raised nothing (no exception name
+// before the message), the words a program uses when it catches the error
+// and goes on: it skips the batch, retries or tries again, waits, lowers
+// the batch size, or falls back. A raised exception's line never says so;
+// its advice ("try setting max_split_size_mb") is no handling.
+func saysHandled(t []byte) bool {
+	for _, w := range handledWords {
+		if indexFoldASCII(t, w) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+var handledWords = [...]string{"skipping", "trying again", "retrying", "will retry", "retry with",
+	"reducing batch", "reducing the batch", "halving", "falling back", "waiting "}

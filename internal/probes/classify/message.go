@@ -90,6 +90,44 @@ func jsonMessage(t []byte) []byte {
 	return nil
 }
 
+// jsonMultiline returns the first string value of the JSON record t, other
+// than its message m, that holds an escaped newline: the multi-line text a
+// structured logger keeps beside the message (python-json-logger's and
+// structlog's "exc_info"/"exception", "stack_trace", "error.stack"),
+// whatever its key. nil when there is none.
+func jsonMultiline(t, m []byte) []byte {
+	if bIndex(t, `\n`) < 0 {
+		return nil
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] != '"' {
+			continue
+		}
+		// A quoted string from i+1 to j.
+		j := i + 1
+		for j < len(t) && t[j] != '"' {
+			if t[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(t) {
+			return nil
+		}
+		v := t[i+1 : j]
+		k := j + 1
+		for k < len(t) && t[k] == ' ' {
+			k++
+		}
+		isKey := k < len(t) && t[k] == ':'
+		if !isKey && len(v) > 0 && &v[0] != &m[0] && bIndex(v, `\n`) >= 0 {
+			return v
+		}
+		i = j
+	}
+	return nil
+}
+
 // escapedFrames reads a structured record (a JSON log line: its message
 // field), or a line on which newlines were written as the escape `\n`
 // inside quoted text: each part is classified as a line (of the same
@@ -99,6 +137,12 @@ func (c *Classifier) escapedFrames(t []byte, rank int) bool {
 		m := jsonMessage(t)
 		if m == nil {
 			return false // a record without a message field: read as it is
+		}
+		if ml := jsonMultiline(t, m); ml != nil {
+			// The message, and the traceback a logger put in a field of
+			// its own: read in order, the message first.
+			c.jbuf = append(append(append(c.jbuf[:0], m...), `\n`...), ml...)
+			m = c.jbuf
 		}
 		t = m
 	} else if first := bIndex(t, `\n`); first < 0 || bytes.IndexAny(t[:first], `"'`) < 0 {

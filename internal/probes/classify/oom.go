@@ -51,105 +51,124 @@ func parseTorchOOM(msg []byte, o *OOM, x *oomExtra) (complete bool) {
 	switch {
 	case capAt >= 0:
 		o.Format = "modern" + backend
-		// The device: the words between the previous ". " and " has".
-		d := bytes.LastIndex(msg[:capAt], []byte(". "))
-		if d >= 0 && capAt-(d+2) > 0 && capAt-(d+2) <= 32 {
-			o.Device = valPtr(string(msg[d+2 : capAt]))
-		}
-		if v, _, ok := parseMemSize(msg[capAt+capLen:]); ok {
-			o.TotalBytes = valPtr(v)
-		}
-		if v, ok := memSizeAfter(msg, "of which "); ok {
-			o.FreeBytes = valPtr(v)
-		}
-		if v, ok := memSizeAfter(msg, "this process has "); ok {
-			o.InUseBytes = valPtr(v)
-		}
-		o.OtherProcesses = o.OtherProcesses[:0]
-		for off := 0; off < len(msg); {
-			i := bIndex(msg[off:], "Process ")
-			if i < 0 {
-				break
-			}
-			i += off
-			off = i + len("Process ")
-			pid, n, ok := scanInt(msg[off:])
-			if !ok || !asciiDigit(msg[off]) || !bHasPrefix(msg[off+n:], " has ") {
-				continue
-			}
-			v, m, ok := parseMemSize(msg[off+n+len(" has "):])
-			if !ok || !bHasPrefix(msg[off+n+len(" has ")+m:], " memory in use") {
-				continue
-			}
-			o.OtherProcesses = append(o.OtherProcesses, ProcUse{PID: int(pid), Bytes: v})
-		}
-		if len(o.OtherProcesses) == 0 {
-			o.OtherProcesses = nil
-		}
-		if i := bIndex(msg, " allowed;"); i >= 0 {
-			if v, _, ok := memSizeBefore(msg, i); ok {
-				x.allowed = valPtr(v)
-			}
-		}
-		if v, ok := memSizeAfter(msg, "Of the allocated memory "); ok {
-			o.AllocatedBytes = valPtr(v)
-		}
-		if i := bIndex(msg, " allocated in private pools"); i >= 0 {
-			if v, _, ok := memSizeBefore(msg, i); ok {
-				o.PrivatePoolsBytes = valPtr(v)
-			}
-		}
-		if i := bIndex(msg, " is reserved by PyTorch but unallocated"); i >= 0 {
-			if v, _, ok := memSizeBefore(msg, i); ok {
-				o.ReservedUnallocatedBytes = valPtr(v)
-			}
-		}
-		complete = bHas(msg, "but unallocated") || bHas(msg, "See documentation") || bHas(msg, "empty_cache")
+		complete = parseModernClauses(msg, o, x, capAt, capLen)
 	case paren >= 0:
 		o.Format = "old" + backend
-		body := msg[paren+1:]
-		end := bytes.IndexByte(body, ')')
-		complete = end >= 0
-		if end >= 0 {
-			body = body[:end]
-		}
-		for len(body) > 0 {
-			var cl []byte
-			if k := bytes.IndexByte(body, ';'); k >= 0 {
-				cl, body = body[:k], body[k+1:]
-			} else {
-				cl, body = body, nil
-			}
-			cl = trimSpace(cl)
-			if bHasPrefix(cl, "GPU") {
-				o.Device = valPtr(string(cl))
-				continue
-			}
-			v, _, ok := parseMemSize(cl)
-			if !ok {
-				continue
-			}
-			switch {
-			case bHas(cl, "total capacity"):
-				o.TotalBytes = valPtr(v)
-			case bHas(cl, "already allocated"):
-				o.AllocatedBytes = valPtr(v)
-			case bHas(cl, "reserved in total"):
-				o.ReservedTotalBytes = valPtr(v)
-			case bHas(cl, "cached"):
-				o.ReservedUnallocatedBytes = valPtr(v)
-			case bHas(cl, "allowed"):
-				x.allowed = valPtr(v)
-			case bHas(cl, "free"):
-				o.FreeBytes = valPtr(v)
-			}
-		}
+		complete = parseOldParen(msg[paren+1:], o, x)
 	default:
 		o.Format = "modern" + backend
 		// "Tried to allocate X." and nothing else yet: wrapped, or cut.
 		complete = false
 	}
 	deriveReserved(o)
+	return complete
+}
+
+// parseModernClauses reads the current message's sentences, each by its
+// own words ("GPU 0 has a total capacity of X of which Y is free.", "this
+// process has X memory in use", "Process N has X memory in use", "Of the
+// allocated memory X is allocated by PyTorch", "X is reserved by PyTorch but
+// unallocated"); capAt is where " has a total capacity of " (capLen long)
+// starts. It returns whether the message looks complete.
+func parseModernClauses(msg []byte, o *OOM, x *oomExtra, capAt, capLen int) bool {
+	// The device: the words between the previous ". " and " has".
+	d := bytes.LastIndex(msg[:capAt], []byte(". "))
+	if d >= 0 && capAt-(d+2) > 0 && capAt-(d+2) <= 32 {
+		o.Device = valPtr(string(msg[d+2 : capAt]))
+	}
+	if v, _, ok := parseMemSize(msg[capAt+capLen:]); ok {
+		o.TotalBytes = valPtr(v)
+	}
+	if v, ok := memSizeAfter(msg, "of which "); ok {
+		o.FreeBytes = valPtr(v)
+	}
+	if v, ok := memSizeAfter(msg, "this process has "); ok {
+		o.InUseBytes = valPtr(v)
+	}
+	o.OtherProcesses = o.OtherProcesses[:0]
+	for off := 0; off < len(msg); {
+		i := bIndex(msg[off:], "Process ")
+		if i < 0 {
+			break
+		}
+		i += off
+		off = i + len("Process ")
+		pid, n, ok := scanInt(msg[off:])
+		if !ok || !asciiDigit(msg[off]) || !bHasPrefix(msg[off+n:], " has ") {
+			continue
+		}
+		v, m, ok := parseMemSize(msg[off+n+len(" has "):])
+		if !ok || !bHasPrefix(msg[off+n+len(" has ")+m:], " memory in use") {
+			continue
+		}
+		o.OtherProcesses = append(o.OtherProcesses, ProcUse{PID: int(pid), Bytes: v})
+	}
+	if len(o.OtherProcesses) == 0 {
+		o.OtherProcesses = nil
+	}
+	if i := bIndex(msg, " allowed;"); i >= 0 {
+		if v, _, ok := memSizeBefore(msg, i); ok {
+			x.allowed = valPtr(v)
+		}
+	}
+	if v, ok := memSizeAfter(msg, "Of the allocated memory "); ok {
+		o.AllocatedBytes = valPtr(v)
+	}
+	if i := bIndex(msg, " allocated in private pools"); i >= 0 {
+		if v, _, ok := memSizeBefore(msg, i); ok {
+			o.PrivatePoolsBytes = valPtr(v)
+		}
+	}
+	if i := bIndex(msg, " is reserved by PyTorch but unallocated"); i >= 0 {
+		if v, _, ok := memSizeBefore(msg, i); ok {
+			o.ReservedUnallocatedBytes = valPtr(v)
+		}
+	}
+	return bHas(msg, "but unallocated") || bHas(msg, "See documentation") || bHas(msg, "empty_cache")
+}
+
+// parseOldParen reads the old message's parenthesis, rest being the text
+// after its '(': "GPU 0; X total capacity; X already allocated; X free; X
+// reserved in total by PyTorch)", clause by clause. It returns whether the
+// parenthesis closed.
+func parseOldParen(rest []byte, o *OOM, x *oomExtra) bool {
+	body := rest
+	end := bytes.IndexByte(body, ')')
+	complete := end >= 0
+	if end >= 0 {
+		body = body[:end]
+	}
+	for len(body) > 0 {
+		var cl []byte
+		if k := bytes.IndexByte(body, ';'); k >= 0 {
+			cl, body = body[:k], body[k+1:]
+		} else {
+			cl, body = body, nil
+		}
+		cl = trimSpace(cl)
+		if bHasPrefix(cl, "GPU") {
+			o.Device = valPtr(string(cl))
+			continue
+		}
+		v, _, ok := parseMemSize(cl)
+		if !ok {
+			continue
+		}
+		switch {
+		case bHas(cl, "total capacity"):
+			o.TotalBytes = valPtr(v)
+		case bHas(cl, "already allocated"):
+			o.AllocatedBytes = valPtr(v)
+		case bHas(cl, "reserved in total"):
+			o.ReservedTotalBytes = valPtr(v)
+		case bHas(cl, "cached"):
+			o.ReservedUnallocatedBytes = valPtr(v)
+		case bHas(cl, "allowed"):
+			x.allowed = valPtr(v)
+		case bHas(cl, "free"):
+			o.FreeBytes = valPtr(v)
+		}
+	}
 	return complete
 }
 

@@ -327,6 +327,9 @@ func detectPhase(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwFrame) && bHasPrefix(tl, "File \"") {
 		return tracebackFrame(tl, r)
 	}
+	if bHasPrefix(tl, "│") {
+		return richFrame(tl, r)
+	}
 	if (h.has(kwValid) || h.has(kwEvaluat) || h.has(kwTest) || h.has(kwSanity) || len(tl) > 0 && (tl[0]|0x20 == 'v' || tl[0] == 'e' || tl[0] == 't' || tl[0] == 'p' || bHasPrefix(tl, "Eval") || bHasPrefix(tl, "Predict"))) && tqdmDescPhase(tl, r) {
 		// ("val epoch 3:", "eval epoch 3:", "test:", "Predicting DataLoader 0:"
 		// hold no keyword.)
@@ -401,6 +404,12 @@ func explicitPhase(t []byte, r *phaseHit) bool {
 
 func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	*r = newPhaseHit(PhaseVal)
+	return validationLine(t, tl, h, r) || evaluationLine(t, tl, h, r) || testLine(t, tl, h, r)
+}
+
+// validationLine reads the lines that say "valid" or "validation"
+// (Lightning's bars, catalyst's, fairseq's, the start of a validation).
+func validationLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwValid) {
 		switch {
 		case bHasPrefix(tl, "Validat"):
@@ -438,6 +447,12 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// evaluationLine reads the evaluation forms: Composer's, MMEngine's
+// Epoch(val), "[val", Hugging Face's eval dict, "[eval", "Evaluating".
+func evaluationLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwEvalBatch) && bHasPrefix(tl, "[Eval batch=") {
 		// Composer's console logger: "[Eval batch=3/10] Eval on eval data:"
 		r.cur, r.tot, _ = barCounter(tl, 0)
@@ -481,6 +496,13 @@ func detectVal(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// testLine reads inference and test forms: Detectron2's inference, timm's
+// and torchvision's "Test:", Lightning's testing bar, Ultralytics' and
+// other classification validation bars.
+func testLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwInference) {
 		// Detectron2 (console "d2.evaluation.evaluator]: Inference done 11/5000."
 		// and log-file "d2.evaluation.evaluator INFO: Inference done").
@@ -547,6 +569,13 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwEpoch) && detectEpochLine(t, tl, h, r) {
 		return true
 	}
+	return iterLine(t, h, r) || trainWordLine(t, tl, h, r) || stepFormLine(t, tl, h, r) ||
+		namedStepLine(t, tl, h, r) || lossDictLine(t, tl, h, r)
+}
+
+// iterLine reads the iteration forms: PaddleDetection's evaluation,
+// MMEngine's Iter(train), Detectron2's events, mmcv's "Iter [".
+func iterLine(t []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwIter) {
 		if i := h.at(kwIter); i >= 5 && bHasPrefix(t[i-5:], "Eval iter:") {
 			// PaddleDetection: "ppdet.engine INFO: Eval iter: 100"
@@ -575,6 +604,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 	}
+	return false
+}
+
+// trainWordLine reads the lines that say "train" or "training" in a
+// framework's form.
+func trainWordLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwTrain) {
 		switch {
 		case bHas(t, "Starting training from iteration"):
@@ -626,6 +661,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// stepFormLine reads DeepSpeed's step line, Paddle's hapi steps, the
+// "Steps:" bar and the optimization-steps banner.
+func stepFormLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	if h.has(kwSkipped) {
 		// DeepSpeed: "[Rank 0] step=120, skipped=5, lr=[3e-05]"
 		if v, ok := wordInt(t, "step="); ok && bHas(t, ", skipped=") {
@@ -655,7 +696,13 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			return true
 		}
 	}
-	if h.has(kwStep) || h.has(kwIter) {
+	return false
+}
+
+// namedStepLine reads a line with a named step field (step, iteration,
+// update, global_step, num_updates) and a counter or a loss.
+func namedStepLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	if h.has(kwStep) || h.has(kwIter) || h.has(kwUpdate) {
 		if v, tot, key := namedStep(t, h); key != keyNone {
 			switch {
 			case tot >= 0 || lossNumber(t):
@@ -698,7 +745,12 @@ func detectTrain(t, tl []byte, h *hitSet, r *phaseHit) bool {
 			}
 		}
 	}
-	if h.has(kwLossDict) && bHasPrefix(tl, "{'loss'") {
+	return false
+}
+
+// lossDictLine reads Hugging Face's log dict and DeepSpeed's overflow line.
+func lossDictLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
+	if h.has(kwLossDict) && (bHasPrefix(tl, "{'loss'") || afterBar(t, h.at(kwLossDict))) {
 		// Hugging Face Trainer: "{'loss': 4.9021, 'learning_rate': 0.0005, 'epoch': 0.03}";
 		// with the step where the job logs it ("'step': 40").
 		if h.has(kwStep) {
@@ -1325,6 +1377,16 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		return false
 	}
 	name := trimSpace(tl[i+len(", in "):])
+	path := []byte(nil)
+	if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
+		path = tl[len("File \"") : len("File \"")+q]
+	}
+	return frameNamePhase(path, name, r)
+}
+
+// frameNamePhase reads a frame's function name and module path (see
+// tracebackFrame).
+func frameNamePhase(path, name []byte, r *phaseHit) bool {
 	// Functions that run only while validating, or only while training, in
 	// the frameworks' code: a traceback that passes through one (the
 	// deepest, printed last, decides) shows the phase the failure happened
@@ -1347,10 +1409,6 @@ func tracebackFrame(tl []byte, r *phaseHit) bool {
 		"_fit_train", "fit_batch": // SpeechBrain
 		*r = newPhaseHit(PhaseTrain)
 	default:
-		path := []byte(nil)
-		if q := bytes.IndexByte(tl[len("File \""):], '"'); q >= 0 {
-			path = tl[len("File \"") : len("File \"")+q]
-		}
 		p := framePhase(path, name)
 		if p == PhaseNone {
 			return false

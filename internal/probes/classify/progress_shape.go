@@ -160,7 +160,9 @@ func glogMessage(t []byte) []byte {
 func tqdmDescPhase(tl []byte, r *phaseHit) bool {
 	i := bIndex(tl[:min(len(tl), 160)], "%|")
 	if i < 0 {
-		return false
+		if i = barlessPercent(tl[:min(len(tl), 160)]); i < 0 {
+			return false
+		}
 	}
 	j := i
 	for j > 0 && (asciiDigit(tl[j-1]) || tl[j-1] == ' ' || tl[j-1] == '.') {
@@ -238,7 +240,7 @@ func phaseWordLine(m []byte, r *phaseHit) bool {
 		return true
 	}
 	cur, tot, counter := barCounter(rest, 0)
-	metric := bHas(rest, "loss") || bytes.IndexByte(rest, '=') >= 0
+	metric := bHas(rest, "loss") || keyValue(rest)
 	if !counter && !metric {
 		return false // prose: "Validation set: 5000 images"
 	}
@@ -321,6 +323,61 @@ func hasAnyWord(b []byte, words []string) bool {
 			}
 		}
 		i = j
+	}
+	return false
+}
+
+// barlessPercent finds the percentage of a tqdm bar drawn without its bar:
+// tqdm.notebook's (Jupyter, Colab) text, pasted, and a terminal too narrow
+// for the bar print l_bar and r_bar alone, "desc:   3% 1/32 [00:01<00:46,
+// 1.50s/it]". The shape: a percentage, a space, n/total, " [". -1 when
+// there is none.
+func barlessPercent(tl []byte) int {
+	for off := 0; off < len(tl); {
+		k := bIndex(tl[off:], "% ")
+		if k < 0 {
+			return -1
+		}
+		k += off
+		off = k + 2
+		if k == 0 || !asciiDigit(tl[k-1]) {
+			continue
+		}
+		r := trimSpaceLeft(tl[k+2:])
+		_, n, ok := scanInt(r)
+		if !ok || n == 0 || n >= len(r) || r[n] != '/' {
+			continue
+		}
+		_, m, ok := scanInt(r[n+1:])
+		if !ok || m == 0 || !bHasPrefix(r[n+1+m:], " [") {
+			continue
+		}
+		return k
+	}
+	return -1
+}
+
+// afterBar says whether the text at t[at:] was glued to a progress bar's
+// frame: tqdm ends a frame with its r_bar ("[24:16<16:33, 11.93it/s]") and
+// no newline, so the next print starts right after the ']'. What follows is
+// a record of its own ("...it/s]{'loss': 0.7283, ...}").
+func afterBar(t []byte, at int) bool {
+	return at > 0 && at <= len(t) && t[at-1] == ']' && bIndex(t[:at], "%|") >= 0
+}
+
+// keyValue says whether b holds a key=value pair: an '=' between a key's
+// last character (a letter, a digit, '_') and a value's first (not a space,
+// not another '='). A rule of '=' ("===== test session starts =====") is
+// decoration, not a metric.
+func keyValue(b []byte) bool {
+	for i := 1; i+1 < len(b); i++ {
+		if b[i] != '=' {
+			continue
+		}
+		k, v := b[i-1], b[i+1]
+		if (asciiLetter(k) || asciiDigit(k) || k == '_') && v != ' ' && v != '=' && v != '\t' {
+			return true
+		}
 	}
 	return false
 }

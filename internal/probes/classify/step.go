@@ -149,6 +149,16 @@ func namedStep(b []byte, h *hitSet) (v, tot int64, key int) {
 			}
 		}
 	}
+	if key < keyIter && h.has(kwUpdate) {
+		// "update 1100": an optimizer update, the third name of a training
+		// step (seamless_communication, OpenNMT-style loops). Read as
+		// the least specific name; "updates" is another word.
+		if i := indexFoldASCII(b, "update "); i >= 0 && (i == 0 || fieldStart(b[i-1])) {
+			if val, t, ok := fieldValue(b[i+len("update"):], false); ok {
+				take(keyIter, val, t)
+			}
+		}
+	}
 	if key >= keyIter || !h.has(kwIter) {
 		return v, tot, key
 	}

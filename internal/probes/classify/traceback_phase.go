@@ -1,5 +1,7 @@
 package classify
 
+import "bytes"
+
 // Phase from a traceback's structure.
 //
 // A Python traceback lists the calls that led to the error, outermost
@@ -172,4 +174,48 @@ func lastByte(b []byte, c byte) int {
 		}
 	}
 	return -1
+}
+
+// richFrame reads a frame of a traceback that rich (and the loggers built on
+// it: Hugging Face's, Typer's) draws in a box: "│ /home/u/train.py:212 in
+// train_one_epoch │", its path, line number and function between the box's
+// borders. The same reading as a plain frame's (tracebackFrame).
+func richFrame(tl []byte, r *phaseHit) bool {
+	tl = trimSpace(tl[len("│"):])
+	if i := bIndex(tl, "│"); i >= 0 {
+		tl = trimSpace(tl[:i])
+	}
+	p := bIndex(tl, ".py:")
+	if p < 0 {
+		return false
+	}
+	rest := tl[p+len(".py:"):]
+	_, n, ok := scanInt(rest)
+	if !ok || n == 0 || !bHasPrefix(rest[n:], " in ") {
+		return false
+	}
+	name := trimSpace(rest[n+len(" in "):])
+	if len(name) == 0 || bytes.IndexByte(name, ' ') >= 0 {
+		return false
+	}
+	path := tl[:p+len(".py")]
+	if k := lastByte(path, ' '); k >= 0 {
+		path = path[k+1:]
+	}
+	return frameNamePhase(path, name, r)
+}
+
+// runEntryCall says whether the job's source line calls a whole run's entry
+// point: a method named only train or fit (`runner.train(model=...)`,
+// `trainer.fit(model)`), which runs validation too. Such a line, at the top
+// of a traceback that shows no deeper frame, says the run was training or
+// validating: it does not take a validation that progress lines showed
+// running back to training.
+func runEntryCall(src []byte) bool {
+	for _, n := range [...]string{".train(", ".fit("} {
+		if bIndex(src, n) >= 0 {
+			return true
+		}
+	}
+	return false
 }

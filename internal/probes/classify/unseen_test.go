@@ -200,6 +200,7 @@ func TestUnseenHalves(t *testing.T) {
 		{"built from", filepath.Join("testdata", "unseen", "built")},
 		{"measured", filepath.Join("testdata", "unseen", "measured")},
 		{"measured (2)", filepath.Join("testdata", "unseen", "measured2")},
+		{"held-out", filepath.Join("testdata", "heldout")},
 	}
 	if _, err := os.Stat(filepath.Join(corpusDir, "manifest.json")); err == nil {
 		halves = append(halves, struct{ name, dir string }{"shared corpus", corpusDir})
