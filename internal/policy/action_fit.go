@@ -385,6 +385,14 @@ func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, strin
 	note := "fit: " + figures
 	if why != "" {
 		next, note = n.f/2, "fit: halving, the figures are unusable: "+why
+	} else if s, ok := a.failedBefore(out, n.f); ok && next > n.f/2 {
+		// The figures are a lower bound (what was in use when one request
+		// failed): a value they said fits has failed in this phase, so
+		// they under-estimate this job's need, and fit moves at least as
+		// far as halving would.
+		next = n.f / 2
+		note += fmt.Sprintf("; but attempt %d failed in %s at %s, already reduced by an estimate like this one: the figures under-estimate the need, so taking half, as halving would",
+			s.Attempt, cmp.Or(string(out.Verdict.Phase), "the same phase"), s.Values[a.knob])
 	}
 	if n.isInt {
 		next = math.Floor(next + 1e-9)
@@ -423,6 +431,18 @@ func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, strin
 	}
 	changes[0].Note = note
 	return changes, ""
+}
+
+// failedBefore finds an earlier failure in the same phase at a larger value
+// of the knob: the value now was reached by reducing it, and failed again.
+func (a *fitAction) failedBefore(out *Outcome, v float64) (FitSeen, bool) {
+	for _, s := range out.seen {
+		sv, err := strconv.ParseFloat(s.Values[a.knob], 64)
+		if err == nil && s.Phase == out.Verdict.Phase && s.Attempt < out.Attempt && sv > v {
+			return s, true
+		}
+	}
+	return FitSeen{}, false
 }
 
 // readHeadroom reads headroom: a fraction of the ceiling kept free, 0.1 or

@@ -153,6 +153,39 @@ func TestFitCombinesAttempts(t *testing.T) {
 	}
 }
 
+// A value fit chose has failed in the same phase: the figures (what was in
+// use when one request failed) under-estimate this job's need, so the next
+// fit moves at least as far as halving would. On the CPU with real PyTorch
+// (e2e TestFitAgainstHalvingOnTheCPU) estimates of 475 and then 414 from a
+// batch of 1024 both failed, where halving's 256 and 128 would not have
+// taken longer.
+func TestFitAfterAFailedFitTakesAtLeastHalf(t *testing.T) {
+	p := actionPolicy(t, "fit: a")
+	d := p.Decide(NewState(Values{"a": Text("64")}), withStart(oomFigures(80, 40, 40), 0.25))
+	if d.State.Values["a"].Text != "55" {
+		t.Fatalf("attempt 1: %s", d.Describe())
+	}
+	// Attempt 2 at 55 fails in train too: a 45 GiB request with 30 free,
+	// 20 fixed: 1.36 GiB per unit, (72 − 20) / 1.36 = 38 by the figures
+	// alone.
+	st := d.State
+	out := withStart(oomFigures(80, 30, 45), 0.25)
+	out.Attempt = 2
+	d2 := p.Decide(st, out)
+	got := d2.Describe()
+	if d2.Verb != Relaunch || d2.State.Values["a"].Text != "27" {
+		t.Fatalf("attempt 2: %s, want a 55→27", got)
+	}
+	if !strings.Contains(got, "taking 38, the largest whose estimate stays under the ceiling; but attempt 1 failed in train at 64, already reduced by an estimate like this one: the figures under-estimate the need, so taking half, as halving would") {
+		t.Errorf("attempt 2 does not say why it takes half:\n%s", got)
+	}
+	// A failure at a larger value in another phase says nothing of this one.
+	out.Verdict.Phase = classify.PhaseVal
+	if d3 := p.Decide(st, out); strings.Contains(d3.Describe(), "but attempt 1 failed") {
+		t.Errorf("a failure in train capped a fit in validation: %s", d3.Describe())
+	}
+}
+
 // docs/policy.md quotes a fit decision; it is what Decide says for the
 // figures it shows.
 func TestDocsQuoteAFitDecision(t *testing.T) {
