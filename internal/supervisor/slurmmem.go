@@ -97,32 +97,60 @@ func (l *loop) slurmMem() *policy.SlurmMem {
 // then ends), or, when it was not, what stopped it, for the policy.
 func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record.Requeue, string, bool) {
 	sc := slurmenv.FromEnv(l.pjob.Env)
-	id := sc.JobID
-	if sc.ArrayJobID != "" && sc.ArrayTaskID != "" {
-		id = sc.ArrayJobID + "_" + sc.ArrayTaskID
-	}
-	spec := l.pol.Slurm()
+	id := sc.RequeueID()
 	// Signal stays "": no signal asked for this requeue, the policy did.
 	ev := record.Requeue{Job: id, RestartCount: sc.Restarts()}
-	switch {
-	case sc.NTasks > 1 && sc.StepID != "" && sc.ProcID != nil && *sc.ProcID != 0:
-		ev.Result = "not rank 0"
-		return ev, fmt.Sprintf("only the gpuguard of rank 0 requeues job %s, and this is rank %d", id, *sc.ProcID), false
-	case sc.Restarts() >= spec.MaxRequeues:
-		ev.Result = "max_requeues"
-		return ev, fmt.Sprintf("Slurm has restarted job %s %d times already (slurm.max_requeues: %d)", id, sc.Restarts(), spec.MaxRequeues), false
+	if result, err := l.mayRequeue(sc, id); err != nil {
+		ev.Result = result
+		return ev, err.Error(), false
 	}
-
 	before := l.state.Policies
-	l.state.Policies = d.State
-	if err := l.saveState(); err != nil {
-		l.state.Policies = before
-		return ev, fmt.Sprintf("gpuguard could not save state.json for the requeued job (%v)", err), false
+	ev, cmd, updateErr, err := l.requeueUpdating(ev, id, c.SlurmField+"="+strconv.FormatInt(c.MiB, 10),
+		func() { l.state.Policies = d.State }, func() { l.state.Policies = before })
+	if err != nil {
+		return ev, err.Error(), false
 	}
-	res, cmd, out, err := requeueAndRaise(l.pjob.Env, id, c.SlurmField, c.MiB)
+	if updateErr != nil {
+		ev.Result = "requeued, memory not raised"
+		l.job.Status.Printf("requeued Slurm job %s, but Slurm refused to raise its memory request (%s: %v): it comes back with %s=%s; raise it by hand while it is pending: %s",
+			id, cmd, updateErr, c.Slurm, c.Old, cmd)
+		return ev, "", true
+	}
+	ev.Result = "requeued with more memory"
+	l.job.Status.Printf("requeued Slurm job %s with %s %s→%s (%s): it continues from %s",
+		id, c.Slurm, c.Old, c.New, cmd, displayPath(l.job.RunDir.Path(), l.wd))
+	return ev, "", true
+}
+
+// mayRequeue says why this gpuguard does not requeue job id, with the
+// requeue event's result: only rank 0 of a step of several tasks requeues,
+// and not past slurm.max_requeues.
+func (l *loop) mayRequeue(sc slurmenv.Context, id string) (string, error) {
+	switch max := l.pol.Slurm().MaxRequeues; {
+	case sc.NTasks > 1 && sc.StepID != "" && sc.ProcID != nil && *sc.ProcID != 0:
+		return "not rank 0", fmt.Errorf("only the gpuguard of rank 0 requeues job %s, and this is rank %d", id, *sc.ProcID)
+	case sc.Restarts() >= max:
+		return "max_requeues", fmt.Errorf("Slurm has restarted job %s %d times already (slurm.max_requeues: %d)", id, sc.Restarts(), max)
+	}
+	return "", nil
+}
+
+// requeueUpdating is what a requeue that changes the job does: state.json
+// saved with apply's change first (the requeued run finds it), then the
+// requeue and, while the job is pending, the update (FIELD=VALUE). When the
+// requeue fails, undo restores the state, state.json is saved again, and
+// err says why (nothing changed then). When the requeue stood but Slurm
+// refused the update, updateErr says so; cmd is the update's command.
+func (l *loop) requeueUpdating(ev record.Requeue, id, value string, apply, undo func()) (_ record.Requeue, cmd string, updateErr, err error) {
+	apply()
+	if err := l.saveState(); err != nil {
+		undo()
+		return ev, "", nil, fmt.Errorf("gpuguard could not save state.json for the requeued job (%v)", err)
+	}
+	res, cmd, out, updateErr := requeueAndUpdate(l.pjob.Env, id, value)
 	ev.Command, ev.Result, ev.Output = res.command, res.result, res.output
 	if res.result != "requeued" && res.result != "already" {
-		l.state.Policies = before
+		undo()
 		if err := l.saveState(); err != nil {
 			l.job.Status.Printf("warning: %v", err)
 		}
@@ -130,22 +158,13 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 		if why == "" && res.err != nil {
 			why = res.err.Error()
 		}
-		return ev, fmt.Sprintf("%s: %s", res.command, why), false
+		return ev, cmd, nil, fmt.Errorf("%s: %s", res.command, why)
 	}
 	ev.Command += "; " + cmd
 	if out != "" {
 		ev.Output = strings.TrimSpace(ev.Output + "\n" + out)
 	}
-	if err != nil {
-		ev.Result = "requeued, memory not raised"
-		l.job.Status.Printf("requeued Slurm job %s, but Slurm refused to raise its memory request (%s: %v): it comes back with %s=%s; raise it by hand while it is pending: %s",
-			id, cmd, err, c.Slurm, c.Old, cmd)
-		return ev, "", true
-	}
-	ev.Result = "requeued with more memory"
-	l.job.Status.Printf("requeued Slurm job %s with %s %s→%s (%s): it continues from %s",
-		id, c.Slurm, c.Old, c.New, cmd, displayPath(l.job.RunDir.Path(), l.wd))
-	return ev, "", true
+	return ev, cmd, updateErr, nil
 }
 
 // requeueScript runs `scontrol requeue JOB` ($0 is scontrol, $1 the job)
@@ -158,13 +177,6 @@ func (l *loop) requeueWithMem(n int, d policy.Decision, c policy.Change) (record
 const requeueScript = `trap "" TERM INT HUP
 "$0" requeue "$1" || exit 97
 exec "$0" update "JobId=$1" "$2"`
-
-// requeueAndRaise requeues job id and raises its memory request (field,
-// MinMemoryNode or MinMemoryCPU, to mib MiB). It returns requeueAndUpdate's
-// results.
-func requeueAndRaise(env []string, id, field string, mib int64) (requeueResult, string, string, error) {
-	return requeueAndUpdate(env, id, field+"="+strconv.FormatInt(mib, 10))
-}
 
 // requeueAndUpdate requeues job id and sets value (FIELD=VALUE) on it while
 // it is pending. It returns the requeue's result (requeueJob's), and, when

@@ -102,15 +102,10 @@ func failedNode(sc slurmenv.Context, o *outcome) (node, unknown string) {
 // error that says why when the job was not requeued (nothing changed then).
 func (l *loop) requeueWithout(o *outcome, d policy.Decision, sc slurmenv.Context, node, why string) (record.Requeue, error) {
 	id := sc.RequeueID()
-	spec := l.pol.Slurm()
 	ev := record.Requeue{Job: id, RestartCount: sc.Restarts()}
-	switch {
-	case sc.NTasks > 1 && sc.StepID != "" && sc.ProcID != nil && *sc.ProcID != 0:
-		ev.Result = "not rank 0"
-		return ev, fmt.Errorf("only the gpuguard of rank 0 requeues job %s, and this is rank %d", id, *sc.ProcID)
-	case sc.Restarts() >= spec.MaxRequeues:
-		ev.Result = "max_requeues"
-		return ev, fmt.Errorf("Slurm has restarted job %s %d times already (slurm.max_requeues: %d)", id, sc.Restarts(), spec.MaxRequeues)
+	if result, err := l.mayRequeue(sc, id); err != nil {
+		ev.Result = result
+		return ev, err
 	}
 	exclude := append(l.state.Restarts.ExcludedNodes[:len(l.state.Restarts.ExcludedNodes):len(l.state.Restarts.ExcludedNodes)], node)
 	list := strings.Join(exclude, ",")
@@ -125,33 +120,16 @@ func (l *loop) requeueWithout(o *outcome, d policy.Decision, sc slurmenv.Context
 		o.prefix, describeFailure(o.n, o.v), node, shown.Describe(), node, why, id, list)
 
 	beforeP, beforeR := l.state.Policies, l.state.Restarts
-	l.state.Policies = d.State
-	l.state.Restarts.ExcludedNodes = exclude
-	if err := l.saveState(); err != nil {
-		l.state.Policies, l.state.Restarts = beforeP, beforeR
-		return ev, fmt.Errorf("gpuguard could not save state.json for the requeued job (%v)", err)
-	}
-	res, cmd, out, err := requeueAndUpdate(l.pjob.Env, id, "ExcNodeList="+list)
-	ev.Command, ev.Result, ev.Output = res.command, res.result, res.output
-	if res.result != "requeued" && res.result != "already" {
-		l.state.Policies, l.state.Restarts = beforeP, beforeR
-		if err := l.saveState(); err != nil {
-			l.job.Status.Printf("warning: %v", err)
-		}
-		why := res.output
-		if why == "" && res.err != nil {
-			why = res.err.Error()
-		}
-		return ev, fmt.Errorf("%s: %s", res.command, why)
-	}
-	ev.Command += "; " + cmd
-	if out != "" {
-		ev.Output = strings.TrimSpace(ev.Output + "\n" + out)
-	}
+	ev, cmd, updateErr, err := l.requeueUpdating(ev, id, "ExcNodeList="+list,
+		func() { l.state.Policies, l.state.Restarts.ExcludedNodes = d.State, exclude },
+		func() { l.state.Policies, l.state.Restarts = beforeP, beforeR })
 	if err != nil {
+		return ev, err
+	}
+	if updateErr != nil {
 		ev.Result = "requeued, node not excluded"
 		l.job.Status.Printf("requeued Slurm job %s, but Slurm refused to leave node %s out (%s: %v): it may run there again; leave it out by hand while the job is pending: %s",
-			id, node, cmd, err, cmd)
+			id, node, cmd, updateErr, cmd)
 		return ev, nil
 	}
 	ev.Result = "requeued without node " + node
