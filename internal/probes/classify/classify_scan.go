@@ -8,12 +8,12 @@ package classify
 // containing none of them costs that pass and nothing else: no regular
 // expression, no allocation.
 //
-// The pass tests the byte pairs at even indexes against a bit set of 65,536
-// bits (8 KiB), one 64-bit load for four pairs. Each keyword is registered
+// The pass looks the byte pairs at even indexes up in a table of 65,536
+// entries, one 64-bit load for four pairs. Each keyword is registered
 // under two overlapping byte pairs, its anchors (in both cases where the
 // keyword ignores case), one of which a line always puts at an even index:
 // the pairs that are rarest in typical training output (a built-in sample of
-// such output decides), so that the bit set rarely sends the scan to verify
+// such output decides), so that the table rarely sends the scan to verify
 // a keyword that is not there.
 
 import (
@@ -274,10 +274,12 @@ type kwAnchor struct {
 // with no case folding. A folded keyword's anchors are registered under each
 // of their case variants.
 type kwMatcher struct {
-	bits   [1 << 16 / 64]uint64 // the anchor pairs, one bit each (8 KiB: stays in the L1 cache)
-	table  [1 << 16]uint16      // pair -> 1 + index into groups; 0: none
-	groups [][]kwAnchor         // per pair, its keywords by decreasing offset (earlier start first)
-	short  []*kwEntry           // keywords of two bytes, found by their first byte (bytes.IndexByte)
+	// pair -> 1 + index into groups; 0: none. 128 KiB, but the pairs of
+	// text (two printable ASCII bytes, or UTF-8 sequences) touch a small
+	// part of it, which stays in the L1 cache.
+	table  [1 << 16]uint16
+	groups [][]kwAnchor // per pair, its keywords by decreasing offset (earlier start first)
+	short  []*kwEntry   // keywords of two bytes, found by their first byte (bytes.IndexByte)
 }
 
 var (
@@ -360,7 +362,6 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 						m.groups = append(m.groups, nil)
 						g = uint16(len(m.groups))
 						m.table[pair] = g
-						m.bits[pair>>6] |= 1 << (pair & 63)
 					}
 					m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: o})
 				}
@@ -386,29 +387,24 @@ func caseVariants(b byte) []byte {
 // scan records in h every keyword that t contains.
 //
 // It reads the byte pairs that start at an even index, four from each 64-bit
-// load, and tests them against the anchors' bit set with one branch per
-// eight bytes: most words hold no anchor, and the table of groups is read
-// only on a hit. The two-byte keywords are searched for by their first byte.
+// load, and looks the four up in the table of anchors with one branch per
+// eight bytes: most words hold no anchor, and only a word with one is taken
+// apart (verifyWord). The table is the test itself: a separate bit set of
+// the anchors would cost a variable shift per pair, and the table's read on
+// every hit besides. The two-byte keywords are searched for by their first byte.
 func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		w := binary.LittleEndian.Uint64(t[i:])
-		p0, p1, p2, p3 := uint16(w), uint16(w>>16), uint16(w>>32), uint16(w>>48)
-		if (m.bits[p0>>6]>>(p0&63)|m.bits[p1>>6]>>(p1&63)|m.bits[p2>>6]>>(p2&63)|m.bits[p3>>6]>>(p3&63))&1 == 0 {
-			continue
-		}
-		for j, p := range [4]uint16{p0, p1, p2, p3} {
-			if m.bits[p>>6]&(1<<(p&63)) != 0 {
-				m.verify(t, i+2*j, m.table[p], h)
-			}
+		w := binary.LittleEndian.Uint64(t[i : i+8])
+		if m.table[uint16(w)]|m.table[uint16(w>>16)]|m.table[uint16(w>>32)]|m.table[w>>48] != 0 {
+			m.verifyWord(t, i, w, h)
 		}
 	}
 	for ; i+1 < n; i += 2 {
-		p := uint16(t[i]) | uint16(t[i+1])<<8
-		if m.bits[p>>6]&(1<<(p&63)) != 0 {
-			m.verify(t, i, m.table[p], h)
+		if g := m.table[uint16(t[i])|uint16(t[i+1])<<8]; g != 0 {
+			m.verify(t, i, g, h)
 		}
 	}
 	for _, k := range m.short {
@@ -422,6 +418,16 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 				break
 			}
 			off += j + 1
+		}
+	}
+}
+
+// verifyWord verifies the anchors among the four pairs of the word w read
+// at t[i].
+func (m *kwMatcher) verifyWord(t []byte, i int, w uint64, h *hitSet) {
+	for j := 0; j < 4; j, w = j+1, w>>16 {
+		if g := m.table[uint16(w)]; g != 0 {
+			m.verify(t, i+2*j, g, h)
 		}
 	}
 }
