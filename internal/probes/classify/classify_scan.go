@@ -19,7 +19,6 @@ package classify
 import (
 	"bytes"
 	"encoding/binary"
-	"sort"
 	"sync"
 )
 
@@ -228,9 +227,12 @@ type hitSet struct {
 
 func (h *hitSet) reset() { h.bits = [2]uint64{} }
 
+// set records that keyword k occurs at at. The scan may find a later
+// occurrence first (the anchors of a keyword are not always neighbours, see
+// newKWMatcher): the earliest place is kept.
 func (h *hitSet) set(k kw, at int) {
 	w, b := k>>6, uint64(1)<<(k&63)
-	if h.bits[w]&b == 0 {
+	if h.bits[w]&b == 0 || int32(at) < h.pos[k] {
 		h.bits[w] |= b
 		h.pos[k] = int32(at)
 	}
@@ -315,14 +317,16 @@ Downloading data files: 100%|██████████| 3/3 [00:00<00:00, 1
 wandb: Syncing run lucky-sun-42 to https://wandb.ai/team/project/runs/abc123 with weight_decay: 0.05, betas: (0.9, 0.999)
 `
 
-// newKWMatcher registers each keyword under two overlapping byte pairs, at
-// offsets o and o+1 (bytes o to o+2): whichever of the keyword's positions
-// a line puts it at, one of the two pairs starts at an even index, the only
-// pairs the scan reads. o is where the two pairs are rarest together in the
-// sample (folded: case does not make a pair rarer), the first such place on
-// a tie. Any choice is correct; a rare one sends the scan to verify a
-// keyword that is not there less often. A keyword of two bytes has no such
-// pair of pairs: it is found by its first byte.
+// newKWMatcher registers each keyword under two of its byte pairs, at
+// offsets a and b of different parity (bytes a, a+1 and b, b+1): whichever
+// of the keyword's positions a line puts it at, one of the two pairs starts
+// at an even index, the only pairs the scan reads. a and b are where the two
+// pairs are rarest together in the sample (folded: case does not make a pair
+// rarer), the first such choice on a tie. Any choice is correct; a rare one
+// sends the scan to verify a keyword that is not there less often. Pairs
+// apart from each other ("[b" and "h=" of "[batch=") are rarer together than
+// neighbours, which share a byte. A keyword of two bytes has no such pair of
+// pairs: it is found by its first byte.
 func newKWMatcher(kws []kwEntry) *kwMatcher {
 	var pairFreq [1 << 16]int
 	s := anchorSample
@@ -342,13 +346,15 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 			m.short = append(m.short, k)
 			continue
 		}
-		best, bestFreq := 0, -1
-		for o := 0; o+2 < len(k.text); o++ {
-			if f := freq(k, o) + freq(k, o+1); bestFreq < 0 || f < bestFreq {
-				best, bestFreq = o, f
+		bestA, bestB, bestFreq := 0, 1, -1
+		for a := 0; a+2 < len(k.text); a++ {
+			for b := a + 1; b+1 < len(k.text); b += 2 {
+				if f := freq(k, a) + freq(k, b); bestFreq < 0 || f < bestFreq {
+					bestA, bestB, bestFreq = a, b, f
+				}
 			}
 		}
-		for _, o := range [2]int{best, best + 1} {
+		for _, o := range [2]int{bestA, bestB} {
 			a, b := k.text[o], k.text[o+1]
 			firsts, seconds := []byte{a}, []byte{b}
 			if k.fold {
@@ -367,11 +373,6 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 				}
 			}
 		}
-	}
-	for _, g := range m.groups {
-		// At one place, the keyword that starts first is seen first
-		// (hitSet keeps a keyword's first place).
-		sort.SliceStable(g, func(i, j int) bool { return g[i].off > g[j].off })
 	}
 	return m
 }
