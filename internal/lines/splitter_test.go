@@ -138,9 +138,11 @@ func FuzzSplitter(f *testing.F) {
 
 // ordinaryRun finds the first special byte wherever it stands in an
 // eight-byte word, after any bytes (control characters that are not special,
-// bytes at 0x20 and 0x80 around the test's threshold, UTF-8).
+// among them the neighbours of the special bytes, bytes at 0x20 and 0x80
+// around the test's threshold, UTF-8), and with another special byte after
+// it (a borrow of the word's mask must not move the first).
 func TestOrdinaryRun(t *testing.T) {
-	fill := []byte("\t\x1f \x00\x7f\x80\xff█a")
+	fill := []byte("\t\x1f \x00\x7f\x80\xff█a\x09\x0b\x0c\x0e\x1a\x1c")
 	for n := 0; n < 40; n++ {
 		b := make([]byte, n)
 		for i := range b {
@@ -156,6 +158,13 @@ func TestOrdinaryRun(t *testing.T) {
 				want := bytes.IndexAny(c, "\n\r\x1b")
 				if got := ordinaryRun(c); got != want {
 					t.Fatalf("%q: %d, want %d", c, got, want)
+				}
+				for at2 := at + 1; at2 < n; at2++ {
+					d := append([]byte(nil), c...)
+					d[at2] = '\n'
+					if got := ordinaryRun(d); got != at {
+						t.Fatalf("%q: %d, want %d", d, got, at)
+					}
 				}
 			}
 		}
