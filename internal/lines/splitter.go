@@ -22,8 +22,9 @@ import (
 // every optional clause, are well under 2 KiB.
 const DefaultMax = 64 << 10
 
-// Line is one logical line. Text is only valid during the callback: the
-// Splitter reuses its buffer.
+// Line is one logical line. Text is only valid during the callback, and
+// only to be read: it is the Splitter's buffer, which it reuses, or part of
+// the bytes passed to Write (a line that lies whole in them).
 type Line struct {
 	Text      []byte // without its terminator, ANSI sequences removed
 	Num       int    // 1-based line number, counting '\n' in the stream
@@ -67,8 +68,30 @@ func New(max int, emit func(Line)) *Splitter {
 func (s *Splitter) Write(p []byte) (int, error) {
 	for i := 0; i < len(p); i++ {
 		if s.esc == escNone && !s.pendingCR {
-			// Fast path: copy a run of ordinary bytes at once.
 			j := i + ordinaryRun(p[i:])
+			if len(s.buf) == 0 && !s.truncated && j-i <= s.max && j < len(p) {
+				// A whole line in p, cut at neither end: hand it on from p,
+				// without copying it.
+				if c := p[j]; c == '\n' {
+					s.emit(Line{Text: p[i:j], Num: s.num})
+					s.num++
+					i = j
+					continue
+				} else if c == '\r' && j+1 < len(p) {
+					if p[j+1] == '\n' {
+						s.emit(Line{Text: p[i:j], Num: s.num})
+						s.num++
+						i = j + 1
+						continue
+					}
+					if j > i { // an empty frame is not handed on (see line)
+						s.emit(Line{Text: p[i:j], Num: s.num, CR: true})
+					}
+					i = j
+					continue
+				}
+			}
+			// Copy a run of ordinary bytes at once.
 			if j > i {
 				s.appendText(p[i:j])
 				i = j
