@@ -266,6 +266,28 @@ func init() {
 type kwAnchor struct {
 	k   *kwEntry
 	off int // offset of the anchor pair inside the keyword
+
+	// The keyword's first eight bytes (or all of a shorter one) as one
+	// word, to compare with one test: the word read from the line, with
+	// fold's bits set, and masked, equals head exactly when those bytes
+	// match. fold has 0x20 in each byte that is a letter of a keyword that
+	// ignores case (x|0x20 is the lower-case letter exactly when x is that
+	// letter in either case).
+	head, fold, mask uint64
+}
+
+// newKWAnchor is the anchor of k at offset off.
+func newKWAnchor(k *kwEntry, off int) kwAnchor {
+	a := kwAnchor{k: k, off: off}
+	for j := 0; j < min(8, len(k.text)); j++ {
+		c := k.text[j]
+		a.head |= uint64(c) << (8 * j)
+		a.mask |= 0xff << (8 * j)
+		if k.fold && c >= 'a' && c <= 'z' {
+			a.fold |= 0x20 << (8 * j)
+		}
+	}
+	return a
 }
 
 // kwMatcher is the prefilter's table. It is built once and shared read-only by
@@ -369,7 +391,7 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 						g = uint16(len(m.groups))
 						m.table[pair] = g
 					}
-					m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: o})
+					m.groups[g-1] = append(m.groups[g-1], newKWAnchor(k, o))
 				}
 			}
 		}
@@ -438,14 +460,25 @@ func (m *kwMatcher) verify(t []byte, i int, g uint16, h *hitSet) {
 	n := len(t)
 	for _, a := range m.groups[g-1] {
 		start := i - a.off
-		if start < 0 || start+len(a.k.text) > n {
+		end := start + len(a.k.text)
+		if start < 0 || end > n {
 			continue
 		}
+		if start+8 <= n {
+			// Most anchors are not their keyword: one test rejects them.
+			if (binary.LittleEndian.Uint64(t[start:start+8])|a.fold)&a.mask != a.head {
+				continue
+			}
+			if len(a.k.text) <= 8 {
+				h.set(a.k.id, start)
+				continue
+			}
+		}
 		if a.k.fold {
-			if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
+			if eqFoldASCII(t[start:end], a.k.text) {
 				h.set(a.k.id, start)
 			}
-		} else if string(t[start:start+len(a.k.text)]) == a.k.text {
+		} else if string(t[start:end]) == a.k.text {
 			h.set(a.k.id, start)
 		}
 	}
