@@ -19,6 +19,7 @@ package classify
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"sync"
 )
 
@@ -421,8 +422,9 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	i := 0
 	for ; i+8 <= n; i += 8 {
 		w := binary.LittleEndian.Uint64(t[i : i+8])
-		if m.table[uint16(w)]|m.table[uint16(w>>16)]|m.table[uint16(w>>32)]|m.table[w>>48] != 0 {
-			m.verifyWord(t, i, w, h)
+		g0, g1, g2, g3 := m.table[uint16(w)], m.table[uint16(w>>16)], m.table[uint16(w>>32)], m.table[w>>48]
+		if g0|g1|g2|g3 != 0 {
+			m.verifyWord(t, i, uint64(g0)|uint64(g1)<<16|uint64(g2)<<32|uint64(g3)<<48, h)
 		}
 	}
 	for ; i+1 < n; i += 2 {
@@ -445,13 +447,13 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	}
 }
 
-// verifyWord verifies the anchors among the four pairs of the word w read
-// at t[i].
-func (m *kwMatcher) verifyWord(t []byte, i int, w uint64, h *hitSet) {
-	for j := 0; j < 4; j, w = j+1, w>>16 {
-		if g := m.table[uint16(w)]; g != 0 {
-			m.verify(t, i+2*j, g, h)
-		}
+// verifyWord verifies the anchors among the four pairs of the word read at
+// t[i]: gs holds their four entries of the table, 16 bits each.
+func (m *kwMatcher) verifyWord(t []byte, i int, gs uint64, h *hitSet) {
+	for gs != 0 {
+		j := bits.TrailingZeros64(gs) / 16
+		m.verify(t, i+2*j, uint16(gs>>(16*j)), h)
+		gs &^= 0xffff << (16 * j)
 	}
 }
 
