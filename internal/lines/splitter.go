@@ -12,15 +12,19 @@
 // the log are never altered.
 package lines
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // DefaultMax is the longest line handed to a consumer; the rest of a longer
 // line is dropped (and the line is marked Truncated). OOM messages, even with
 // every optional clause, are well under 2 KiB.
 const DefaultMax = 64 << 10
 
-// Line is one logical line. Text is only valid during the callback: the
-// Splitter reuses its buffer.
+// Line is one logical line. Text is only valid during the callback, and
+// only to be read: it is the Splitter's buffer, which it reuses, or part of
+// the bytes passed to Write (a line that lies whole in them).
 type Line struct {
 	Text      []byte // without its terminator, ANSI sequences removed
 	Num       int    // 1-based line number, counting '\n' in the stream
@@ -64,8 +68,30 @@ func New(max int, emit func(Line)) *Splitter {
 func (s *Splitter) Write(p []byte) (int, error) {
 	for i := 0; i < len(p); i++ {
 		if s.esc == escNone && !s.pendingCR {
-			// Fast path: copy a run of ordinary bytes at once.
 			j := i + ordinaryRun(p[i:])
+			if len(s.buf) == 0 && !s.truncated && j-i <= s.max && j < len(p) {
+				// A whole line in p, cut at neither end: hand it on from p,
+				// without copying it.
+				if c := p[j]; c == '\n' {
+					s.emit(Line{Text: p[i:j], Num: s.num})
+					s.num++
+					i = j
+					continue
+				} else if c == '\r' && j+1 < len(p) {
+					if p[j+1] == '\n' {
+						s.emit(Line{Text: p[i:j], Num: s.num})
+						s.num++
+						i = j + 1
+						continue
+					}
+					if j > i { // an empty frame is not handed on (see line)
+						s.emit(Line{Text: p[i:j], Num: s.num, CR: true})
+					}
+					i = j
+					continue
+				}
+			}
+			// Copy a run of ordinary bytes at once.
 			if j > i {
 				s.appendText(p[i:j])
 				i = j
@@ -131,22 +157,27 @@ var special = [256]bool{'\n': true, '\r': true, 0x1b: true}
 // index of its first special byte, or len(b). It reads b eight bytes at a
 // time: the special bytes are control characters (below 0x20), and a word
 // without any (most words of a log: a tab is the only other control
-// character text has) is passed with one test; a word with one is read
-// byte by byte.
+// character text has) is passed with one test; in a word with one, the
+// first special byte is found by its mask, without a loop.
 func ordinaryRun(b []byte) int {
 	i := 0
+	for ; i+16 <= len(b); i += 16 {
+		// Two words per test: a line's bytes are passed at half the cost.
+		w, v := binary.LittleEndian.Uint64(b[i:i+8]), binary.LittleEndian.Uint64(b[i+8:i+16])
+		if ((w-0x2020202020202020)&^w|(v-0x2020202020202020)&^v)&0x8080808080808080 != 0 {
+			break
+		}
+	}
 	for ; i+8 <= len(b); i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
+		w := binary.LittleEndian.Uint64(b[i : i+8])
 		// Sets a byte's high bit only if some byte is below 0x20 (exact
 		// for whether there is one: see "Determine if a word has a byte
 		// less than n", Bit Twiddling Hacks).
 		if (w-0x2020202020202020)&^w&0x8080808080808080 == 0 {
 			continue
 		}
-		for k := i; k < i+8; k++ {
-			if special[b[k]] {
-				return k
-			}
+		if m := zeroBytes(w^0x0a0a0a0a0a0a0a0a) | zeroBytes(w^0x0d0d0d0d0d0d0d0d) | zeroBytes(w^0x1b1b1b1b1b1b1b1b); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
 		}
 	}
 	for ; i < len(b); i++ {
@@ -155,6 +186,14 @@ func ordinaryRun(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// zeroBytes sets the high bit of the lowest zero byte of x, and maybe of
+// bytes above it (a borrow), never of one below it: the lowest set bit is
+// exact, the only one ordinaryRun reads ("Determine if a word has a zero
+// byte", Bit Twiddling Hacks).
+func zeroBytes(x uint64) uint64 {
+	return (x - 0x0101010101010101) &^ x & 0x8080808080808080
 }
 
 func (s *Splitter) appendText(b []byte) {

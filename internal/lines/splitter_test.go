@@ -50,6 +50,7 @@ func TestSplitter(t *testing.T) {
 		{"cursor up and erase", 0, []string{"a\x1b[A\x1b[2Kb\n"}, []got{{"ab", 1, false, false, false}}},
 		{"osc title", 0, []string{"\x1b]0;title\x07x\n", "\x1b]2;t\x1b\\y\n"}, []got{{"x", 1, false, false, false}, {"y", 2, false, false, false}}},
 		{"truncated", 4, []string{"abcdefgh\nij\n"}, []got{{"abcd", 1, false, true, false}, {"ij", 2, false, false, false}}},
+		{"exactly the bound", 4, []string{"abcd\nabcde\rabcd\r\n"}, []got{{"abcd", 1, false, false, false}, {"abcd", 2, true, true, false}, {"abcd", 2, false, false, false}}},
 		{"truncated partial", 4, []string{"abcdefgh"}, []got{{"abcd", 1, false, true, true}}},
 		{"glued traceback", 0, []string{"100%|####| 5/5 [00:01<00:00]Traceback (most recent call last):\n"}, []got{
 			{"100%|####| 5/5 [00:01<00:00]Traceback (most recent call last):", 1, false, false, false}}},
@@ -127,6 +128,25 @@ func FuzzSplitter(f *testing.F) {
 		s.Write(data[:cut])
 		s.Write(data[cut:])
 		s.Flush()
+		// Lines that lie whole in a write are handed on from it, the
+		// others from the Splitter's buffer: both give the same lines.
+		var cuts []string
+		for i := range data {
+			cuts = append(cuts, fmt.Sprint(split(t, 128, string(data[:i]), string(data[i:]))))
+		}
+		whole := fmt.Sprint(split(t, 128, string(data)))
+		one := make([]string, len(data))
+		for i := range data {
+			one[i] = string(data[i : i+1])
+		}
+		if g := fmt.Sprint(split(t, 128, one...)); g != whole {
+			t.Fatalf("byte by byte: %s, in one write: %s", g, whole)
+		}
+		for i, g := range cuts {
+			if g != whole {
+				t.Fatalf("cut at %d: %s, in one write: %s", i, g, whole)
+			}
+		}
 		if total > len(data) {
 			t.Fatalf("emitted %d bytes from %d", total, len(data))
 		}
@@ -138,9 +158,11 @@ func FuzzSplitter(f *testing.F) {
 
 // ordinaryRun finds the first special byte wherever it stands in an
 // eight-byte word, after any bytes (control characters that are not special,
-// bytes at 0x20 and 0x80 around the test's threshold, UTF-8).
+// among them the neighbours of the special bytes, bytes at 0x20 and 0x80
+// around the test's threshold, UTF-8), and with another special byte after
+// it (a borrow of the word's mask must not move the first).
 func TestOrdinaryRun(t *testing.T) {
-	fill := []byte("\t\x1f \x00\x7f\x80\xff█a")
+	fill := []byte("\t\x1f \x00\x7f\x80\xff█a\x09\x0b\x0c\x0e\x1a\x1c")
 	for n := 0; n < 40; n++ {
 		b := make([]byte, n)
 		for i := range b {
@@ -156,6 +178,13 @@ func TestOrdinaryRun(t *testing.T) {
 				want := bytes.IndexAny(c, "\n\r\x1b")
 				if got := ordinaryRun(c); got != want {
 					t.Fatalf("%q: %d, want %d", c, got, want)
+				}
+				for at2 := at + 1; at2 < n; at2++ {
+					d := append([]byte(nil), c...)
+					d[at2] = '\n'
+					if got := ordinaryRun(d); got != at {
+						t.Fatalf("%q: %d, want %d", d, got, at)
+					}
 				}
 			}
 		}

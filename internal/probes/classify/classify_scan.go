@@ -8,18 +8,18 @@ package classify
 // containing none of them costs that pass and nothing else: no regular
 // expression, no allocation.
 //
-// The pass tests the byte pairs at even indexes against a bit set of 65,536
-// bits (8 KiB), one 64-bit load for four pairs. Each keyword is registered
+// The pass looks the byte pairs at even indexes up in a table of 65,536
+// entries, one 64-bit load for four pairs. Each keyword is registered
 // under two overlapping byte pairs, its anchors (in both cases where the
 // keyword ignores case), one of which a line always puts at an even index:
 // the pairs that are rarest in typical training output (a built-in sample of
-// such output decides), so that the bit set rarely sends the scan to verify
+// such output decides), so that the table rarely sends the scan to verify
 // a keyword that is not there.
 
 import (
 	"bytes"
 	"encoding/binary"
-	"sort"
+	"math/bits"
 	"sync"
 )
 
@@ -228,9 +228,12 @@ type hitSet struct {
 
 func (h *hitSet) reset() { h.bits = [2]uint64{} }
 
+// set records that keyword k occurs at at. The scan may find a later
+// occurrence first (the anchors of a keyword are not always neighbours, see
+// newKWMatcher): the earliest place is kept.
 func (h *hitSet) set(k kw, at int) {
 	w, b := k>>6, uint64(1)<<(k&63)
-	if h.bits[w]&b == 0 {
+	if h.bits[w]&b == 0 || int32(at) < h.pos[k] {
 		h.bits[w] |= b
 		h.pos[k] = int32(at)
 	}
@@ -264,6 +267,28 @@ func init() {
 type kwAnchor struct {
 	k   *kwEntry
 	off int // offset of the anchor pair inside the keyword
+
+	// The keyword's first eight bytes (or all of a shorter one) as one
+	// word, to compare with one test: the word read from the line, with
+	// fold's bits set, and masked, equals head exactly when those bytes
+	// match. fold has 0x20 in each byte that is a letter of a keyword that
+	// ignores case (x|0x20 is the lower-case letter exactly when x is that
+	// letter in either case).
+	head, fold, mask uint64
+}
+
+// newKWAnchor is the anchor of k at offset off.
+func newKWAnchor(k *kwEntry, off int) kwAnchor {
+	a := kwAnchor{k: k, off: off}
+	for j := 0; j < min(8, len(k.text)); j++ {
+		c := k.text[j]
+		a.head |= uint64(c) << (8 * j)
+		a.mask |= 0xff << (8 * j)
+		if k.fold && c >= 'a' && c <= 'z' {
+			a.fold |= 0x20 << (8 * j)
+		}
+	}
+	return a
 }
 
 // kwMatcher is the prefilter's table. It is built once and shared read-only by
@@ -274,10 +299,12 @@ type kwAnchor struct {
 // with no case folding. A folded keyword's anchors are registered under each
 // of their case variants.
 type kwMatcher struct {
-	bits   [1 << 16 / 64]uint64 // the anchor pairs, one bit each (8 KiB: stays in the L1 cache)
-	table  [1 << 16]uint16      // pair -> 1 + index into groups; 0: none
-	groups [][]kwAnchor         // per pair, its keywords by decreasing offset (earlier start first)
-	short  []*kwEntry           // keywords of two bytes, found by their first byte (bytes.IndexByte)
+	// pair -> 1 + index into groups; 0: none. 128 KiB, but the pairs of
+	// text (two printable ASCII bytes, or UTF-8 sequences) touch a small
+	// part of it, which stays in the L1 cache.
+	table  [1 << 16]uint16
+	groups [][]kwAnchor // per pair, its keywords by decreasing offset (earlier start first)
+	short  []*kwEntry   // keywords of two bytes, found by their first byte (bytes.IndexByte)
 }
 
 var (
@@ -313,14 +340,16 @@ Downloading data files: 100%|██████████| 3/3 [00:00<00:00, 1
 wandb: Syncing run lucky-sun-42 to https://wandb.ai/team/project/runs/abc123 with weight_decay: 0.05, betas: (0.9, 0.999)
 `
 
-// newKWMatcher registers each keyword under two overlapping byte pairs, at
-// offsets o and o+1 (bytes o to o+2): whichever of the keyword's positions
-// a line puts it at, one of the two pairs starts at an even index, the only
-// pairs the scan reads. o is where the two pairs are rarest together in the
-// sample (folded: case does not make a pair rarer), the first such place on
-// a tie. Any choice is correct; a rare one sends the scan to verify a
-// keyword that is not there less often. A keyword of two bytes has no such
-// pair of pairs: it is found by its first byte.
+// newKWMatcher registers each keyword under two of its byte pairs, at
+// offsets a and b of different parity (bytes a, a+1 and b, b+1): whichever
+// of the keyword's positions a line puts it at, one of the two pairs starts
+// at an even index, the only pairs the scan reads. a and b are where the two
+// pairs are rarest together in the sample (folded: case does not make a pair
+// rarer), the first such choice on a tie. Any choice is correct; a rare one
+// sends the scan to verify a keyword that is not there less often. Pairs
+// apart from each other ("[b" and "h=" of "[batch=") are rarer together than
+// neighbours, which share a byte. A keyword of two bytes has no such pair of
+// pairs: it is found by its first byte.
 func newKWMatcher(kws []kwEntry) *kwMatcher {
 	var pairFreq [1 << 16]int
 	s := anchorSample
@@ -340,13 +369,15 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 			m.short = append(m.short, k)
 			continue
 		}
-		best, bestFreq := 0, -1
-		for o := 0; o+2 < len(k.text); o++ {
-			if f := freq(k, o) + freq(k, o+1); bestFreq < 0 || f < bestFreq {
-				best, bestFreq = o, f
+		bestA, bestB, bestFreq := 0, 1, -1
+		for a := 0; a+2 < len(k.text); a++ {
+			for b := a + 1; b+1 < len(k.text); b += 2 {
+				if f := freq(k, a) + freq(k, b); bestFreq < 0 || f < bestFreq {
+					bestA, bestB, bestFreq = a, b, f
+				}
 			}
 		}
-		for _, o := range [2]int{best, best + 1} {
+		for _, o := range [2]int{bestA, bestB} {
 			a, b := k.text[o], k.text[o+1]
 			firsts, seconds := []byte{a}, []byte{b}
 			if k.fold {
@@ -360,17 +391,11 @@ func newKWMatcher(kws []kwEntry) *kwMatcher {
 						m.groups = append(m.groups, nil)
 						g = uint16(len(m.groups))
 						m.table[pair] = g
-						m.bits[pair>>6] |= 1 << (pair & 63)
 					}
-					m.groups[g-1] = append(m.groups[g-1], kwAnchor{k: k, off: o})
+					m.groups[g-1] = append(m.groups[g-1], newKWAnchor(k, o))
 				}
 			}
 		}
-	}
-	for _, g := range m.groups {
-		// At one place, the keyword that starts first is seen first
-		// (hitSet keeps a keyword's first place).
-		sort.SliceStable(g, func(i, j int) bool { return g[i].off > g[j].off })
 	}
 	return m
 }
@@ -386,29 +411,25 @@ func caseVariants(b byte) []byte {
 // scan records in h every keyword that t contains.
 //
 // It reads the byte pairs that start at an even index, four from each 64-bit
-// load, and tests them against the anchors' bit set with one branch per
-// eight bytes: most words hold no anchor, and the table of groups is read
-// only on a hit. The two-byte keywords are searched for by their first byte.
+// load, and looks the four up in the table of anchors with one branch per
+// eight bytes: most words hold no anchor, and only a word with one is taken
+// apart (verifyWord). The table is the test itself: a separate bit set of
+// the anchors would cost a variable shift per pair, and the table's read on
+// every hit besides. The two-byte keywords are searched for by their first byte.
 func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		w := binary.LittleEndian.Uint64(t[i:])
-		p0, p1, p2, p3 := uint16(w), uint16(w>>16), uint16(w>>32), uint16(w>>48)
-		if (m.bits[p0>>6]>>(p0&63)|m.bits[p1>>6]>>(p1&63)|m.bits[p2>>6]>>(p2&63)|m.bits[p3>>6]>>(p3&63))&1 == 0 {
-			continue
-		}
-		for j, p := range [4]uint16{p0, p1, p2, p3} {
-			if m.bits[p>>6]&(1<<(p&63)) != 0 {
-				m.verify(t, i+2*j, m.table[p], h)
-			}
+		w := binary.LittleEndian.Uint64(t[i : i+8])
+		g0, g1, g2, g3 := m.table[uint16(w)], m.table[uint16(w>>16)], m.table[uint16(w>>32)], m.table[w>>48]
+		if g0|g1|g2|g3 != 0 {
+			m.verifyWord(t, i, uint64(g0)|uint64(g1)<<16|uint64(g2)<<32|uint64(g3)<<48, h)
 		}
 	}
 	for ; i+1 < n; i += 2 {
-		p := uint16(t[i]) | uint16(t[i+1])<<8
-		if m.bits[p>>6]&(1<<(p&63)) != 0 {
-			m.verify(t, i, m.table[p], h)
+		if g := m.table[uint16(t[i])|uint16(t[i+1])<<8]; g != 0 {
+			m.verify(t, i, g, h)
 		}
 	}
 	for _, k := range m.short {
@@ -426,19 +447,40 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	}
 }
 
+// verifyWord verifies the anchors among the four pairs of the word read at
+// t[i]: gs holds their four entries of the table, 16 bits each.
+func (m *kwMatcher) verifyWord(t []byte, i int, gs uint64, h *hitSet) {
+	for gs != 0 {
+		j := bits.TrailingZeros64(gs) / 16
+		m.verify(t, i+2*j, uint16(gs>>(16*j)), h)
+		gs &^= 0xffff << (16 * j)
+	}
+}
+
 // verify checks the keywords of group g, anchored at the pair t[i], t[i+1].
 func (m *kwMatcher) verify(t []byte, i int, g uint16, h *hitSet) {
 	n := len(t)
 	for _, a := range m.groups[g-1] {
 		start := i - a.off
-		if start < 0 || start+len(a.k.text) > n {
+		end := start + len(a.k.text)
+		if start < 0 || end > n {
 			continue
 		}
+		if start+8 <= n {
+			// Most anchors are not their keyword: one test rejects them.
+			if (binary.LittleEndian.Uint64(t[start:start+8])|a.fold)&a.mask != a.head {
+				continue
+			}
+			if len(a.k.text) <= 8 {
+				h.set(a.k.id, start)
+				continue
+			}
+		}
 		if a.k.fold {
-			if eqFoldASCII(t[start:start+len(a.k.text)], a.k.text) {
+			if eqFoldASCII(t[start:end], a.k.text) {
 				h.set(a.k.id, start)
 			}
-		} else if string(t[start:start+len(a.k.text)]) == a.k.text {
+		} else if string(t[start:end]) == a.k.text {
 			h.set(a.k.id, start)
 		}
 	}

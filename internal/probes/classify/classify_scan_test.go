@@ -72,6 +72,17 @@ func TestScanFindsEveryKeyword(t *testing.T) {
 					checkScan(t, m, []byte(pre+v+post+v)) // the first occurrence is recorded
 				}
 			}
+			// One byte changed by 0x20 (the other case of a letter, or a
+			// near miss: '[' for '{', '\x00' for ' '), or by one: a hit
+			// only where the naive search finds one.
+			for j := range len(v) {
+				for _, d := range []byte{0x20, 1} {
+					b := []byte(v)
+					b[j] ^= d
+					checkScan(t, m, append([]byte("x█"), b...))
+					checkScan(t, m, append([]byte("█"), b...))
+				}
+			}
 			// Cut anywhere: a keyword's prefix is no hit.
 			for n := 1; n < len(v); n++ {
 				checkScan(t, m, []byte("██"+v[:n]))
