@@ -391,8 +391,8 @@ func (a *fitAction) apply(p *Policy, vals Values, out *Outcome) ([]Change, strin
 		// they under-estimate this job's need, and fit moves at least as
 		// far as halving would.
 		next = n.f / 2
-		note += fmt.Sprintf("; but attempt %d failed in %s at %s, already reduced by an estimate like this one: the figures under-estimate the need, so taking half, as halving would",
-			s.Attempt, cmp.Or(string(out.Verdict.Phase), "the same phase"), s.Values[a.knob])
+		note += fmt.Sprintf("; but attempt %d failed in %s at %s, and %s, reduced from it, failed too: the figures under-estimate the need, so taking half, as halving would",
+			s.Attempt, cmp.Or(string(out.Verdict.Phase), "the same phase"), s.Values[a.knob], vals[a.knob].Text)
 	}
 	if n.isInt {
 		next = math.Floor(next + 1e-9)

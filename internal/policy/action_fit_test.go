@@ -176,8 +176,17 @@ func TestFitAfterAFailedFitTakesAtLeastHalf(t *testing.T) {
 	if d2.Verb != Relaunch || d2.State.Values["a"].Text != "27" {
 		t.Fatalf("attempt 2: %s, want a 55→27", got)
 	}
-	if !strings.Contains(got, "taking 38, the largest whose estimate stays under the ceiling; but attempt 1 failed in train at 64, already reduced by an estimate like this one: the figures under-estimate the need, so taking half, as halving would") {
+	if !strings.Contains(got, "taking 38, the largest whose estimate stays under the ceiling; but attempt 1 failed in train at 64, and 55, reduced from it, failed too: the figures under-estimate the need, so taking half, as halving would") {
 		t.Errorf("attempt 2 does not say why it takes half:\n%s", got)
+	}
+	// docs/policy.md quotes the note.
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quote := "but attempt 1 failed in train at 64, and 55, reduced from it, failed too: the figures under-estimate the need, so taking half, as halving would"
+	if !strings.Contains(got, quote) || !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), quote) {
+		t.Errorf("docs/policy.md does not quote the note as Decide says it: %q", quote)
 	}
 	// A failure at a larger value in another phase says nothing of this one.
 	out.Verdict.Phase = classify.PhaseVal

@@ -84,8 +84,12 @@ func TestScanSeesAMoveAfterTheWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kernel stamps files from a clock that moves a tick at a time (1 to
-	// 10 ms): the rename must come a tick after the write to show.
-	time.Sleep(20 * time.Millisecond)
+	// 10 ms): a rename within the tick of the write would not show. The
+	// write is dated two seconds back instead of waiting for the clock.
+	written := time.Now().Add(-2 * time.Second)
+	if err := os.Chtimes(tmp, written, written); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(tmp, filepath.Join(dir, "step_20.pt")); err != nil {
 		t.Fatal(err)
 	}
