@@ -11,7 +11,7 @@ import (
 // watchdog's second signal: each process's CPU time (utime + stime of
 // /proc/PID/stat) and I/O (rchar + wchar of /proc/PID/io: every byte
 // through read and write, pipes and sockets included), and how long its
-// main thread waited for a CPU (/proc/PID/schedstat's run-queue time). The
+// threads waited for a CPU (schedstat's run-queue time, per thread). The
 // counters are cumulative; the watchdog compares two readings a window
 // apart. The wait tells a process that wants a CPU on a busy machine from
 // one that sleeps: a spin beside other work may get little CPU time, but it
@@ -30,9 +30,9 @@ type Activity struct {
 	CPUTicks  uint64 // utime + stime, in ClockTicks
 	IOBytes   uint64 // rchar + wchar
 	IOKnown   bool   // /proc/PID/io could be read (same user or root)
-	// RunQueueNs: nanoseconds the main thread has waited on a run queue,
-	// runnable but not running (kernels without CONFIG_SCHED_INFO have no
-	// schedstat: 0).
+	// RunQueueNs: nanoseconds the process's threads have waited on a run
+	// queue, runnable but not running, summed (kernels without
+	// CONFIG_SCHED_INFO have no schedstat: 0).
 	RunQueueNs uint64
 }
 
@@ -64,9 +64,7 @@ func (r *ActivityReader) Read(dst []Activity, procs []Proc) []Activity {
 		if b, err := r.fs.read(r.fs.pidPath(p.PID, "io")); err == nil {
 			a.IOBytes, a.IOKnown = parseIO(b), true
 		}
-		if b, err := r.fs.read(r.fs.pidPath(p.PID, "schedstat")); err == nil {
-			a.RunQueueNs = parseSchedstat(b)
-		}
+		a.RunQueueNs = r.runQueueNs(p.PID)
 		dst = append(dst, a)
 	}
 	return dst
@@ -168,6 +166,27 @@ func parseIO(b []byte) uint64 {
 			n += procAtoi(v)
 		} else if v, ok := bytes.CutPrefix(line, []byte("wchar: ")); ok {
 			n += procAtoi(v)
+		}
+	}
+	return n
+}
+
+// runQueueNs sums the run-queue wait of every thread of pid
+// (/proc/PID/task/TID/schedstat): a PyTorch process's compute threads wait
+// for a CPU while its main thread sleeps in a join. Where the threads cannot
+// be listed, the main thread's (/proc/PID/schedstat).
+func (r *ActivityReader) runQueueNs(pid int) uint64 {
+	tasks, err := os.ReadDir(r.fs.pidPath(pid, "task"))
+	if err != nil {
+		if b, err := r.fs.read(r.fs.pidPath(pid, "schedstat")); err == nil {
+			return parseSchedstat(b)
+		}
+		return 0
+	}
+	var n uint64
+	for _, t := range tasks {
+		if b, err := r.fs.read(r.fs.pidPath(pid, "task/"+t.Name()+"/schedstat")); err == nil {
+			n += parseSchedstat(b)
 		}
 	}
 	return n

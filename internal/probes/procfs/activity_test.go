@@ -3,6 +3,7 @@ package procfs
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -36,6 +37,32 @@ func TestParseSchedstat(t *testing.T) {
 		if got := parseSchedstat([]byte(in)); got != want {
 			t.Errorf("parseSchedstat(%q) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// The run-queue wait of a process is its threads', summed: here a main
+// thread that sleeps and a compute thread that waited 0.9 s.
+func TestActivityRunQueueWaitOfEveryThread(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"42/stat":              "42 (python3) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 3 0 12345 1000 10\n",
+		"42/schedstat":         "1000 5000 3\n",
+		"42/task/42/schedstat": "1000 5000 3\n",
+		"42/task/43/schedstat": "2000 900000000 40\n",
+		"42/task/44/schedstat": "0 0 0\n",
+	}
+	for name, text := range files {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := NewActivityReader(root).Read(nil, []Proc{{PID: 42}})
+	if len(got) != 1 || got[0].RunQueueNs != 900005000 {
+		t.Fatalf("got %+v, want the run-queue wait of threads 42, 43 and 44: 900005000 ns", got)
 	}
 }
 
