@@ -412,10 +412,16 @@ func caseVariants(b byte) []byte {
 //
 // It reads the byte pairs that start at an even index, four from each 64-bit
 // load, and looks the four up in the table of anchors with one branch per
-// eight bytes: most words hold no anchor, and only a word with one is taken
-// apart (verifyWord). The table is the test itself: a separate bit set of
-// the anchors would cost a variable shift per pair, and the table's read on
-// every hit besides. The two-byte keywords are searched for by their first byte.
+// eight bytes: most words hold no anchor. In a word with one, each anchor
+// is tested with one masked compare of the keyword's first eight bytes; most
+// anchors are not their keyword. That test is written out in the loop, which
+// calls a function only for the rare rest (a keyword that starts near the
+// end of the line, or is longer than eight bytes and matched so far): a call
+// in the path of every anchor costs more than the test (the line's slice and
+// the hit set are saved around it). The table is the test itself: a
+// separate bit set of the anchors would cost a variable shift per pair, and
+// the table's read on every hit besides. The two-byte keywords are searched
+// for by their first byte.
 func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	h.reset()
 	n := len(t)
@@ -423,13 +429,37 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	for ; i+8 <= n; i += 8 {
 		w := binary.LittleEndian.Uint64(t[i : i+8])
 		g0, g1, g2, g3 := m.table[uint16(w)], m.table[uint16(w>>16)], m.table[uint16(w>>32)], m.table[w>>48]
-		if g0|g1|g2|g3 != 0 {
-			m.verifyWord(t, i, uint64(g0)|uint64(g1)<<16|uint64(g2)<<32|uint64(g3)<<48, h)
+		if g0|g1|g2|g3 == 0 {
+			continue
+		}
+		for gs := uint64(g0) | uint64(g1)<<16 | uint64(g2)<<32 | uint64(g3)<<48; gs != 0; {
+			j := bits.TrailingZeros64(gs) / 16
+			at, g := i+2*j, uint16(gs>>(16*j))
+			gs &^= 0xffff << (16 * j)
+			grp := m.groups[g-1]
+			for k := range grp {
+				a := &grp[k] // not a copy: the loop reads four of its words
+				switch start := at - a.off; {
+				case start < 0:
+				case start > n-8:
+					verifyNearEnd(t, start, a, h)
+				case (binary.LittleEndian.Uint64(t[start:])|a.fold)&a.mask != a.head:
+				case len(a.k.text) <= 8:
+					h.set(a.k.id, start)
+				default:
+					verifyLong(t, start, a, h)
+				}
+			}
 		}
 	}
-	for ; i+1 < n; i += 2 {
+	for ; i+1 < n; i += 2 { // the last bytes, fewer than eight
 		if g := m.table[uint16(t[i])|uint16(t[i+1])<<8]; g != 0 {
-			m.verify(t, i, g, h)
+			grp := m.groups[g-1]
+			for k := range grp {
+				if start := i - grp[k].off; start >= 0 {
+					verifyNearEnd(t, start, &grp[k], h)
+				}
+			}
 		}
 	}
 	for _, k := range m.short {
@@ -447,43 +477,29 @@ func (m *kwMatcher) scan(t []byte, h *hitSet) {
 	}
 }
 
-// verifyWord verifies the anchors among the four pairs of the word read at
-// t[i]: gs holds their four entries of the table, 16 bits each.
-func (m *kwMatcher) verifyWord(t []byte, i int, gs uint64, h *hitSet) {
-	for gs != 0 {
-		j := bits.TrailingZeros64(gs) / 16
-		m.verify(t, i+2*j, uint16(gs>>(16*j)), h)
-		gs &^= 0xffff << (16 * j)
+// verifyNearEnd checks anchor a's keyword at t[start] (start >= 0) byte by
+// byte: its first eight bytes may run past the end of the line.
+func verifyNearEnd(t []byte, start int, a *kwAnchor, h *hitSet) {
+	if end := start + len(a.k.text); end <= len(t) && a.k.equal(t[start:end], 0) {
+		h.set(a.k.id, start)
 	}
 }
 
-// verify checks the keywords of group g, anchored at the pair t[i], t[i+1].
-func (m *kwMatcher) verify(t []byte, i int, g uint16, h *hitSet) {
-	n := len(t)
-	for _, a := range m.groups[g-1] {
-		start := i - a.off
-		end := start + len(a.k.text)
-		if start < 0 || end > n {
-			continue
-		}
-		if start+8 <= n {
-			// Most anchors are not their keyword: one test rejects them.
-			if (binary.LittleEndian.Uint64(t[start:start+8])|a.fold)&a.mask != a.head {
-				continue
-			}
-			if len(a.k.text) <= 8 {
-				h.set(a.k.id, start)
-				continue
-			}
-		}
-		if a.k.fold {
-			if eqFoldASCII(t[start:end], a.k.text) {
-				h.set(a.k.id, start)
-			}
-		} else if string(t[start:end]) == a.k.text {
-			h.set(a.k.id, start)
-		}
+// verifyLong checks the bytes after the first eight of anchor a's keyword,
+// longer than eight bytes and whose first eight match at t[start].
+func verifyLong(t []byte, start int, a *kwAnchor, h *hitSet) {
+	if end := start + len(a.k.text); end <= len(t) && a.k.equal(t[start+8:end], 8) {
+		h.set(a.k.id, start)
 	}
+}
+
+// equal says whether b is the keyword's text from byte from on (in either
+// case where the keyword ignores case).
+func (k *kwEntry) equal(b []byte, from int) bool {
+	if k.fold {
+		return eqFoldASCII(b, k.text[from:])
+	}
+	return string(b) == k.text[from:]
 }
 
 // eqFoldASCII reports whether b equals the lower-case ASCII string s when

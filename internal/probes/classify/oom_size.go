@@ -208,6 +208,14 @@ func unsafeStr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(
 // bIndex is bytes.Index for a string needle, without a conversion.
 func bIndex(b []byte, s string) int { return strings.Index(unsafeStr(b), s) }
 
+// bIndexFrom is the index in b of the first s at or after index from, or -1.
+func bIndexFrom(b []byte, from int, s string) int {
+	if i := bIndex(b[from:], s); i >= 0 {
+		return from + i
+	}
+	return -1
+}
+
 // bHas reports whether b contains s.
 func bHas(b []byte, s string) bool { return strings.Contains(unsafeStr(b), s) }
 

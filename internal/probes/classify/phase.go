@@ -828,7 +828,8 @@ func detectEpochLine(t, tl []byte, h *hitSet, r *phaseHit) bool {
 	}
 	// fairseq: "| epoch 001:    850 / 4120 loss=10.812, ... num_updates=847"
 	// and the tqdm form "epoch 001:  13%|".
-	if i := bIndex(t, "epoch "); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '|') {
+	// (The first "epoch " is not before the first "epoch" in any case.)
+	if i := bIndexFrom(t, h.at(kwEpoch), "epoch "); i >= 0 && (i == 0 || t[i-1] == ' ' || t[i-1] == '|') {
 		rest := t[i+len("epoch "):]
 		v, n, ok := scanInt(rest)
 		// A counter or a bar follows the colon: "epoch 3: {'accuracy': 0.8}"

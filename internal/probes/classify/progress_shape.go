@@ -40,6 +40,14 @@ var phaseWords = [...]struct {
 	{"predicting", PhaseVal}, {"prediction", PhaseVal}, {"predict", PhaseVal},
 }
 
+// phaseWordStart says which bytes start a word of phaseWords, in either case.
+var phaseWordStart = func() (b [256]bool) {
+	for _, pw := range phaseWords {
+		b[pw.w[0]], b[pw.w[0]-'a'+'A'] = true, true
+	}
+	return b
+}()
+
 // endWords end a phase.
 var endWords = [...]string{"done", "finished", "complete", "completed", "ended", "end", "summary", "results", "metrics"}
 
@@ -60,10 +68,7 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 	if bytes.IndexByte(m, '/') < 0 {
 		return false // no counter
 	}
-	i := bIndex(m, " loss")
-	if j := bIndex(m, " Loss"); j >= 0 && (i < 0 || j < i) {
-		i = j
-	}
+	i := spaceLoss(m)
 	if i < 0 {
 		return false
 	}
@@ -84,10 +89,7 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 				}
 			}
 		}
-		k := bIndex(m[i+1:], " loss")
-		if j := bIndex(m[i+1:], " Loss"); j >= 0 && (k < 0 || j < k) {
-			k = j
-		}
+		k := spaceLoss(m[i+1:])
 		if k < 0 {
 			break
 		}
@@ -98,6 +100,22 @@ func phaseMetricLine(m []byte, r *phaseHit) bool {
 	}
 	*r = newPhaseHit(p)
 	return true
+}
+
+// spaceLoss is the index of the first " loss" or " Loss" in m, or -1: one
+// search for the bytes the two share (their first, a space, is the commonest
+// byte of a log line, a poor start for a search).
+func spaceLoss(m []byte) int {
+	for off := 0; ; {
+		j := bIndex(m[off:], "oss")
+		if j < 0 {
+			return -1
+		}
+		if i := off + j - 2; i >= 0 && m[i] == ' ' && (m[i+1] == 'l' || m[i+1] == 'L') {
+			return i
+		}
+		off += j + 1
+	}
 }
 
 // decoration removes the arrows and rules a script puts before its
@@ -117,6 +135,9 @@ var startVerbs = [...]string{"starting ", "start ", "beginning ", "begin ", "run
 // startLine reads "Starting epoch 3" (training: an epoch starts) and the
 // same verbs before a phase's word ("Running evaluation", "Begin testing").
 func startLine(m []byte, r *phaseHit) bool {
+	if len(m) == 0 || asciiFold[m[0]] != 's' && asciiFold[m[0]] != 'b' && asciiFold[m[0]] != 'r' {
+		return false // no verb of startVerbs
+	}
 	for _, v := range startVerbs {
 		if len(m) <= len(v) || !eqFoldASCII(m[:len(v)], v) {
 			continue
@@ -205,6 +226,9 @@ func tqdmDescPhase(tl []byte, r *phaseHit) bool {
 func phaseWordLine(m []byte, r *phaseHit) bool {
 	if len(m) > 0 && (m[0] == '[' || m[0] == '|') {
 		m = trimSpaceLeft(m[1:])
+	}
+	if len(m) == 0 || !phaseWordStart[m[0]] {
+		return false
 	}
 	var p Phase
 	n := 0

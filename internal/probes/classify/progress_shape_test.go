@@ -2,6 +2,7 @@ package classify
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -44,6 +45,28 @@ func TestProgressLineShapes(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%q: %s, want %s", tc.line, fmt.Sprint(seen[1]), tc.want)
+		}
+	}
+}
+
+// spaceLoss finds what the two searches it replaces find: the first " loss"
+// or " Loss", after look-alikes ("oss" alone, "boss", "loss" with no space,
+// " LOSS").
+func TestSpaceLoss(t *testing.T) {
+	naive := func(m string) int {
+		i, j := strings.Index(m, " loss"), strings.Index(m, " Loss")
+		if i < 0 || j >= 0 && j < i {
+			return j
+		}
+		return i
+	}
+	for _, m := range []string{
+		"", "oss", " loss", " Loss", "loss", "xloss 1 Loss 2", "boss oss  loss", " LOSS  Loss",
+		"[5][100/800] train loss 0.33", "step 30/100 | eval Loss 0.91 | train loss 0.3",
+		"os", " lo", "gloss", "\tloss", " l oss", "oss loss",
+	} {
+		if got, want := spaceLoss([]byte(m)), naive(m); got != want {
+			t.Errorf("spaceLoss(%q) = %d, want %d", m, got, want)
 		}
 	}
 }
