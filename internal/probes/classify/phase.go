@@ -1297,11 +1297,14 @@ func composerLine(tl []byte, h *hitSet, r *phaseHit) bool {
 	}
 	// A label (a lower-case name, two spaces or more after it), then
 	// batches per second on the bar.
+	if len(tl) == 0 || !(tl[0] >= 'a' && tl[0] <= 'z') {
+		return false
+	}
 	i := 0
 	for i < len(tl) && i < 40 && tl[i] != ' ' {
 		i++
 	}
-	if i == 0 || i+2 > len(tl) || tl[i+1] != ' ' || !(tl[0] >= 'a' && tl[0] <= 'z') || !bHas(tl[i:], "ba/s") {
+	if i+2 > len(tl) || tl[i+1] != ' ' || !bHas(tl[i:], "ba/s") {
 		return false
 	}
 	label, a := tl[:i], trimSpaceLeft(tl[i:])
