@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -172,10 +173,23 @@ func exitWith(args []string) int { return num(args, 0) }
 
 func killSelf(args []string) int {
 	sig := parseSignal(arg(args, 0))
-	signal.Reset(sig)
+	defaultAction(sig)
 	syscall.Kill(os.Getpid(), sig)
 	time.Sleep(10 * time.Second) // the signal arrives first
 	return 99
+}
+
+// defaultAction gives sig its default action, also when this process
+// inherited it ignored: a test run under nohup(1) starts every fake trainer
+// with SIGHUP ignored, and signal.Reset restores that inherited disposition,
+// which would keep the process alive.
+func defaultAction(sig syscall.Signal) {
+	signal.Reset(sig)
+	if !signal.Ignored(sig) {
+		return
+	}
+	var act [4]uint64 // struct sigaction, all zero: SIG_DFL, no flags, an empty mask
+	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
 }
 
 func ignoreTerm(args []string) int {
