@@ -105,6 +105,19 @@ func (c *slurmCase) scontrolCalls() []string {
 	return strings.Split(strings.TrimSpace(string(data)), "\n")
 }
 
+// wantJobEnd checks how a Slurm case ended: the job's own status 1, the
+// scontrol calls made (joined by "|"), and lines its stderr holds.
+func (c *slurmCase) wantJobEnd(t *testing.T, calls string, stderr ...string) {
+	t.Helper()
+	if code := c.g.exitCode(t); code != 1 {
+		t.Errorf("exit status %d, want the job's 1; stderr:\n%s", code, c.g.errb)
+	}
+	if got := strings.Join(c.scontrolCalls(), "|"); got != calls {
+		t.Errorf("scontrol calls %q, want %q", got, calls)
+	}
+	wantContains(t, "stderr", c.g.errb.String(), stderr...)
+}
+
 // events returns the run directory's events of type typ.
 func (c *slurmCase) events(t *testing.T, runDir, typ string) []map[string]any {
 	t.Helper()

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -44,13 +43,7 @@ func TestRaiseSlurmMem(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startInSlurm(t, memPolicy, tc.scontrol, tc.env, cpuOOM...)
-			if code := c.g.exitCode(t); code != 1 {
-				t.Errorf("exit status %d, want the job's 1; stderr:\n%s", code, c.g.errb)
-			}
-			if calls := strings.Join(c.scontrolCalls(), "|"); calls != tc.calls {
-				t.Errorf("scontrol calls %q, want %q", calls, tc.calls)
-			}
-			wantContains(t, "stderr", c.g.errb.String(), tc.stderr...)
+			c.wantJobEnd(t, tc.calls, tc.stderr...)
 			req := c.events(t, "slurm-42", "requeue")
 			if len(req) != 1 || req[0]["result"] != tc.result {
 				t.Errorf("requeue events %v, want one %q", req, tc.result)

@@ -88,13 +88,7 @@ func TestExcludeFailedNode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startInSlurm(t, nodePolicy, tc.scontrol, tc.env, tc.argv...)
-			if code := c.g.exitCode(t); code != 1 {
-				t.Errorf("exit status %d, want the job's 1; stderr:\n%s", code, c.g.errb)
-			}
-			if calls := strings.Join(c.scontrolCalls(), "|"); calls != tc.calls {
-				t.Errorf("scontrol calls %q, want %q", calls, tc.calls)
-			}
-			wantContains(t, "stderr", c.g.errb.String(), tc.stderr...)
+			c.wantJobEnd(t, tc.calls, tc.stderr...)
 			req := c.events(t, "slurm-42", "requeue")
 			if tc.requeue == "" && len(req) != 0 || tc.requeue != "" && (len(req) != 1 || req[0]["result"] != tc.requeue) {
 				t.Errorf("requeue events %v, want %q", req, tc.requeue)
